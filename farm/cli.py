@@ -1,0 +1,209 @@
+"""The `farm` command: parses arguments and calls the library. Nothing else lives here.
+
+Errors become one line on stderr and the exit code of their class (README:
+"Exit codes"); `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.errors import EXIT_INTERRUPTED, FarmError
+
+
+def _config(args: argparse.Namespace, **flags: Any) -> Any:
+    from farm.config import load_config
+
+    return load_config(flags, config_file=getattr(args, "config", None))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from farm.submit import SubmitOptions, format_table, submit
+
+    config = _config(args, device_key=args.device_key, round_trials=args.round_trials,
+                     phones=args.phones, broker_url=args.broker)
+    opts = SubmitOptions(
+        model=Path(args.model), out=Path(args.out), trials_per_task=args.trials_per_task,
+        input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
+        force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
+    )
+    summary = submit(opts, config, report=lambda line: print(line, file=sys.stderr, flush=True))
+    if "tasks" not in summary:
+        print(json.dumps(summary))
+        return 0
+    print(format_table(summary))
+    print(f"results in {args.out}/ (summary.json, best/, model.so)")
+    return 0 if summary["numerics_ok"] else 7
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.main import run_worker  # the CLI is the one place that starts a worker
+
+    config = _config(args, broker_url=args.broker, redis_url=args.redis,
+                     worker_concurrency=args.concurrency)
+    keys = [k for k in (args.keys or "").split(",") if k]
+    return run_worker(config, args.tracker, keys or None, args.hostname, args.loglevel, args.pool)
+
+
+def cmd_tracker(args: argparse.Namespace) -> int:
+    import os
+
+    os.execv(sys.executable, [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", args.host,
+                              "--port", str(args.port), "--port-end", str(args.port + 1)])
+    return 0  # pragma: no cover
+
+
+def cmd_phones(args: argparse.Namespace) -> int:
+    from farm import services
+
+    log_dir = Path(args.log_dir)
+    group = services.ServiceGroup()
+    try:
+        for i in range(args.count):
+            group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads))
+        from farm.tracker import wait_for_phones
+
+        wait_for_phones(args.tracker, args.key, args.count, timeout_s=60)
+        print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker} "
+              f"(logs in {log_dir}); Ctrl-C stops them", file=sys.stderr)
+        while True:
+            group.check_alive()
+            time.sleep(1)
+    finally:
+        group.stop()
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from farm.errors import UsageError
+    from farm.store import open_store
+
+    config = _config(args, broker_url=getattr(args, "broker", None))
+    if not config.store_url:
+        raise UsageError("no farm configured", hint="set FARM_BROKER_URL (or FARM_REDIS_URL)")
+    store = open_store(config.store_url)
+    store.ping()
+    return store
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from farm.errors import StoreError
+    from farm.submit import progress_line
+
+    store = _store(args)
+    job_ids = [args.job] if args.job else store.job_ids()[-10:]
+    out = []
+    for job_id in job_ids:
+        job = store.get_job(job_id)
+        if job is None:
+            raise StoreError("no such job", subject=f"job {job_id}", hint="`farm status` lists jobs")
+        states = store.task_states(job_id)
+        measured = store.job_measured(job_id)
+        entry = {"job_id": job_id, "model": job.model, "device_key": job.device_key,
+                 "status": store.job_status(job_id),
+                 "tasks": {job.task_names.get(wk, wk): {**states[wk].to_json(),
+                                                        "trials_measured": measured.get(wk, 0)}
+                           for wk in job.workload_keys if wk in states}}
+        out.append(entry)
+        if not args.json:
+            print(progress_line(job, states, measured))
+            for wk in job.workload_keys:
+                s = states.get(wk)
+                if s is not None:
+                    best = f"{s.best_us:.1f} us" if s.best_us else "-"
+                    print(f"  {job.task_names.get(wk, wk)[:48]:48} {s.state:9} "
+                          f"{measured.get(wk, 0):4} trials  best {best:>12}  {s.message}")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="farm", description="tunefarm: a distributed auto-tuning farm")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    p.add_argument("--config", help="farm.toml to read (default: $FARM_CONFIG or ./farm.toml)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("submit", help="tune a model and compile it with the best configs")
+    s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
+    s.add_argument("--out", required=True, help="results folder (must be new or empty)")
+    s.add_argument("--trials-per-task", type=int, default=32)
+    s.add_argument("--input-shape", help="e.g. 1,3,224,224 (';' between inputs); needed for .pt")
+    s.add_argument("--dtype", default="float32", help="input dtype (default float32)")
+    s.add_argument("--allow-pickle", action="store_true",
+                   help="load a pickled nn.Module (this runs code from the file)")
+    s.add_argument("--device-key", help="device key to tune for (default cpu-local)")
+    s.add_argument("--round-trials", type=int, help="trials per round (one Celery message)")
+    s.add_argument("--phones", type=int, help="emulated phones of the embedded farm (default 2)")
+    s.add_argument("--broker", help="submit to this lab farm (default: $FARM_BROKER_URL, "
+                                    "else an embedded farm)")
+    s.add_argument("--tracker", help="lab mode: run the compiled model on a phone of this tracker")
+    s.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    s.add_argument("--no-wait", action="store_true", help="lab mode: return after submitting")
+    s.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+    s.set_defaults(func=cmd_submit)
+
+    w = sub.add_parser("worker", help="run a worker host bound to one tracker")
+    w.add_argument("--tracker", required=True, help="HOST:PORT of this host's TVM RPC tracker")
+    w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL)")
+    w.add_argument("--redis", help="record store URL (default: the broker)")
+    w.add_argument("--keys", help="device keys to serve (default: every key on the tracker)")
+    w.add_argument("--concurrency", type=int, help="rounds at once (default 1)")
+    w.add_argument("--hostname", help="Celery node name (default farm@<host>)")
+    w.add_argument("--loglevel", default="INFO")
+    w.add_argument("--pool", default="prefork", choices=["prefork", "solo"])
+    w.set_defaults(func=cmd_worker)
+
+    t = sub.add_parser("tracker", help="run a TVM RPC tracker (the phones register here)")
+    t.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    t.add_argument("--port", type=int, default=9190)
+    t.set_defaults(func=cmd_tracker)
+
+    ph = sub.add_parser("phones", help="run emulated phones (local RPC servers) on a tracker")
+    ph.add_argument("--count", type=int, default=2)
+    ph.add_argument("--key", default="cpu-local")
+    ph.add_argument("--tracker", default="127.0.0.1:9190")
+    ph.add_argument("--threads", type=int, default=1)
+    ph.add_argument("--log-dir", default="phones-logs")
+    ph.set_defaults(func=cmd_phones)
+
+    st = sub.add_parser("status", help="progress of jobs on a farm")
+    st.add_argument("job", nargs="?")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--broker")
+    st.set_defaults(func=cmd_status)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "worker":
+        logging.getLogger().setLevel(logging.INFO)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return int(args.func(args) or 0)
+    except FarmError as e:
+        if args.debug:
+            raise
+        print(f"farm: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("farm: interrupted; stopped everything this command started", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Stage 7, compile: apply the best-config log, build, check against torch, benchmark.
+
+The log is applied to exactly the fused module that tasks were extracted from,
+so every workload key matches. Functions without a record keep TVM's default
+(unscheduled) code; they are counted and named, never silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.errors import CompileError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompileResult:
+    tuned_us: float
+    untuned_us: float
+    numerics_ok: bool
+    max_abs_err: float
+    from_log: list[str]
+    fallback: dict[str, str]  # function name -> why it has no tuned schedule
+    measured_on: str
+    library: str
+    notes: list[str] = field(default_factory=list)
+
+
+def build(fused: Any, target: Any, database: Any | None) -> Any:
+    """Build the fused Relax module, applying `database` when given."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    @tvm.transform.module_pass(opt_level=3)
+    def lower(mod: Any, _ctx: Any) -> Any:
+        if database is not None:
+            mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        passes = _lower_passes(target)
+        return tvm.transform.Sequential(passes)(mod)
+
+    with target, (database if database is not None else contextlib.nullcontext()), \
+            tvm.transform.PassContext(opt_level=3):
+        return relax.build(fused, target=target, relax_pipeline=lower)
+
+
+def _lower_passes(target: Any) -> list[Any]:
+    """The target's dataflow-lowering and finalize passes (the fused module is already legal)."""
+    if target.kind.name == "llvm":
+        # tvm.relax.backend.cpu_generic does not re-export these in 0.27.
+        from tvm.relax.backend.cpu_generic import pipeline as cpu
+    else:
+        from tvm.relax import pipeline as cpu
+    return list(cpu.dataflow_lower_passes(target)) + list(cpu.finalize_passes(target))
+
+
+def scheduled_functions(fused: Any, target: Any, database: Any) -> set[str]:
+    """Names of the fused module's PrimFuncs that the log gives a schedule."""
+    import tvm
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        applied = MetaScheduleApplyDatabase(enable_warning=False)(fused)
+    out = set()
+    for gv, func in applied.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
+                and "tirx.is_scheduled" in func.attrs and bool(func.attrs["tirx.is_scheduled"]):
+            out.add(gv.name_hint)
+    return out
+
+
+def _flatten(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    if isinstance(out, (list, tuple)) or hasattr(out, "__len__"):
+        return [a for o in out for a in _flatten(o)]
+    raise CompileError(f"unexpected VM output {type(out).__name__}")
+
+
+@contextlib.contextmanager
+def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
+    """(remote, device) on a phone of `key` via the tracker, or this machine's CPU."""
+    import tvm
+    from tvm import rpc
+
+    if tracker is None:
+        yield None, tvm.cpu(0)
+        return
+    host, _, port = tracker.rpartition(":")
+    try:
+        remote = rpc.connect_tracker(host, int(port)).request(key, priority=0,
+                                                              session_timeout=int(timeout_s))
+    except Exception as e:  # noqa: BLE001
+        raise CompileError(f"cannot get a phone of key {key} to run the model: {e}",
+                           subject=f"tracker {tracker}") from e
+    yield remote, remote.cpu(0)
+
+
+def run_and_time(lib_path: Path, remote: Any, dev: Any, inputs: list[np.ndarray],
+                 repeat: int, number: int) -> tuple[list[np.ndarray], float]:
+    import tvm
+    from tvm import relax
+
+    if remote is not None:
+        remote.upload(str(lib_path))
+        rlib = remote.load_module(lib_path.name)
+    else:
+        rlib = tvm.runtime.load_module(str(lib_path))
+    vm = relax.VirtualMachine(rlib, dev)
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    outputs = _flatten(vm["main"](*args))
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=50)
+    res = timer(*args)
+    return outputs, statistics.median(list(res.results)) * 1e6
+
+
+def compile_and_check(
+    fused: Any, target_json: dict[str, Any], log_dir: Path, out_dir: Path,
+    inputs: list[np.ndarray], expected: list[np.ndarray], tracker: str | None, device_key: str,
+    task_names: dict[str, str], tuned_names: set[str], untunable: list[str],
+    rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 15, number: int = 5,
+) -> CompileResult:
+    """Build tuned and untuned, run both on a phone, compare with torch, time them."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    target = tvm.target.Target(target_json)
+    database = JSONDatabase(work_dir=str(log_dir), module_equality="structural")
+    try:
+        tuned = build(fused, target, database)
+        untuned = build(fused, target, None)
+        from_log = scheduled_functions(fused, target, database)
+    except Exception as e:  # noqa: BLE001
+        raise CompileError(f"TVM cannot build the model with the log: {e}",
+                           subject=str(log_dir)) from e
+    fallback = {}
+    for name in task_names.values():
+        if name not in from_log:
+            fallback[name] = ("not tuned: every candidate failed" if name not in tuned_names
+                              else "the log's record did not apply")
+    for name in untunable:
+        fallback[name] = "no tuning task for it"
+    lib = out_dir / "model.so"
+    untuned_lib = out_dir / "untuned.so"
+    try:
+        tuned.export_library(str(lib))
+        untuned.export_library(str(untuned_lib))
+    except Exception as e:  # noqa: BLE001
+        raise CompileError(f"cannot export the library (is g++ installed?): {e}",
+                           subject=str(lib)) from e
+    with device_session(tracker, device_key) as (remote, dev):
+        outs, tuned_us = run_and_time(lib, remote, dev, inputs, repeat, number)
+        _, untuned_us = run_and_time(untuned_lib, remote, dev, inputs, repeat, number)
+    untuned_lib.unlink(missing_ok=True)
+    if len(outs) != len(expected):
+        raise CompileError(f"the model returns {len(outs)} outputs, torch {len(expected)}",
+                           subject=str(lib))
+    ok, err = True, 0.0
+    for got, want in zip(outs, expected, strict=True):
+        if got.shape != want.shape:
+            ok = False
+            err = float("inf")
+            continue
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        err = max(err, float(diff.max()) if diff.size else 0.0)
+        if not np.allclose(got, want, rtol=rtol, atol=atol):
+            ok = False
+    return CompileResult(
+        tuned_us=tuned_us, untuned_us=untuned_us, numerics_ok=ok, max_abs_err=err,
+        from_log=sorted(from_log), fallback=fallback,
+        measured_on=f"phone of key {device_key} via {tracker}" if tracker else "this machine's CPU",
+        library=str(lib),
+    )

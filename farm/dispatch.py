@@ -1,0 +1,61 @@
+"""Stage 4, dispatch: the Celery app both sides share, and sending rounds to device-key queues.
+
+Messages are JSON only (workers never unpickle), at-least-once (acks_late,
+reject_on_worker_lost, prefetch 1), and the broker's visibility timeout is
+sized to a round, not to a job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from farm.config import FarmConfig
+from farm.messages import RoundRequest
+
+ROUND_TASK = "tunefarm.round"
+
+
+def queue_for(device_key: str) -> str:
+    """The Celery queue of a device key: only hosts with phones of that key consume it."""
+    return f"tune.{device_key}"
+
+
+def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
+    """The Celery app for a farm (broker = `broker_url` or the config's)."""
+    from celery import Celery
+
+    broker = broker_url or config.broker_url
+    app = Celery("tunefarm", broker=broker, backend=config.store_url or broker)
+    transport = {"visibility_timeout": int(config.round_timeout_s)}
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        worker_deduplicate_successful_tasks=True,
+        task_track_started=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        broker_connection_retry_on_startup=True,
+        worker_proc_alive_timeout=300.0,  # a pool child warms TVM (~15 s) before it is ready
+        result_expires=7 * 24 * 3600,
+        task_default_queue="tune.default",
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def send_round(app: Any, req: RoundRequest, countdown_s: float | None = None) -> None:
+    """Queue one round on its device key's queue. The task id is the round id (dedupe)."""
+    app.send_task(
+        ROUND_TASK, args=[req.to_json()], queue=queue_for(req.device_key), task_id=req.round_id,
+        shadow=f"{req.model}:{req.task_name} round {req.round_index + 1} [{req.device_key}]",
+        countdown=countdown_s,
+    )

@@ -1,0 +1,81 @@
+"""The embedded default: a whole farm on this machine, for one command's lifetime.
+
+A private Redis (AOF in $FARM_HOME/redis, so the record store survives between
+runs), a TVM RPC tracker, emulated phones and one worker, all on free loopback
+ports, all stopped on exit, on error and on Ctrl-C.
+
+Measurement is kept clean on a small machine: each phone runs kernels on one
+thread (TVM_NUM_THREADS=1) and the worker builds, then measures (MetaSchedule's
+order), so builds and measurements do not share cores at the same moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm import services
+from farm.config import FarmConfig
+from farm.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EmbeddedFarm:
+    broker_url: str
+    tracker: str
+    group: services.ServiceGroup
+    log_dir: Path
+
+
+def config_env(config: FarmConfig) -> dict[str, str]:
+    """The FARM_* environment that gives a child process the same config."""
+    from farm.config import _ENV
+
+    env = {}
+    for name, var in _ENV.items():
+        value = getattr(config, name)
+        if value is not None and name not in ("broker_url", "redis_url"):
+            env[var] = str(value)
+    return env
+
+
+@contextlib.contextmanager
+def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm]:
+    home = Path(config.home)
+    home.mkdir(parents=True, exist_ok=True)
+    lock_path = home / "embedded.lock"
+    lock = open(lock_path, "w")  # noqa: SIM115 - held for the farm's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+        lock.close()
+        raise ServiceError("another embedded farm is running on this FARM_HOME",
+                           subject=str(home),
+                           hint="wait for it, or set FARM_HOME to another folder") from e
+    log_dir = home / "logs" / str(os.getpid())
+    group = services.ServiceGroup()
+    try:
+        redis_svc, url = services.start_redis(home / "redis", log_dir)
+        group.add(redis_svc)
+        tracker_svc, tracker = services.start_tracker(log_dir)
+        group.add(tracker_svc)
+        for i in range(config.phones):
+            group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads))
+        from farm.tracker import wait_for_phones
+
+        wait_for_phones(tracker, config.device_key, config.phones, timeout_s=60)
+        group.add(services.start_worker(tracker, url, log_dir, env=config_env(config)))
+        log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
+                 config.phones, config.device_key, log_dir)
+        yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
+    finally:
+        group.stop()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()

@@ -1,0 +1,109 @@
+"""Stage 2, extract: Relax IRModule + device profile -> one TuneTask per fused TIR workload.
+
+Fuse first (DecomposeOpsForInference, CanonicalizeBindings, the zero pipeline):
+on the raw imported module MetaSchedule's extract_tasks silently finds 0 tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from farm.errors import ExtractError
+from farm.messages import TuneTask
+from farm.profiles import DeviceProfile, canonical_target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Extracted:
+    fused: Any  # the fused Relax IRModule (compile applies the log to exactly this module)
+    tasks: list[TuneTask]
+    untunable: list[str]  # PrimFuncs of the fused module that are no tuning task
+
+
+def workload_key(structural_hash: int, target: dict[str, Any], device_key: str) -> str:
+    """Structural hash of the task's TIR + canonical target JSON + device key."""
+    text = f"{structural_hash & 0xFFFFFFFFFFFFFFFF:016x}|{canonical_target(target)}|{device_key}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def fuse(mod: Any, target: Any) -> Any:
+    import tvm
+    from tvm import relax
+
+    with target:
+        seq = tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.pipeline.zero_pipeline(),
+        ])
+        return seq(mod)
+
+
+def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extracted:
+    """Fuse the module for the profile's target and cut it into tuning tasks."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    target_json = profile.target_json()
+    target = tvm.target.Target(target_json)
+    try:
+        fused = fuse(mod, target)
+        extracted = ms.relax_integration.extract_tasks(fused, target)
+    except Exception as e:  # noqa: BLE001 - TVM's error, named with its stage
+        raise ExtractError(f"TVM cannot lower the model for {profile.key}: "
+                           f"{str(e).strip().splitlines()[0] if str(e).strip() else e}",
+                           subject=model_name) from e
+    tasks = []
+    for t in extracted:
+        dispatched = t.dispatched[0]
+        key = workload_key(tvm_ffi.structural_hash(dispatched), target_json, profile.key)
+        tasks.append(TuneTask(
+            name=str(t.task_name), workload_key=key, weight=int(t.weight),
+            mod_json=tvm.ir.save_json(dispatched), target=target_json, device_key=profile.key,
+            flop=float(_flop(dispatched)),
+        ))
+    if not tasks:
+        raise ExtractError("the model has no tunable operator (nothing to tune)",
+                           subject=model_name, hint="check that the model computes something")
+    # Several tasks can share one key (the same TIR under two names): tune it once.
+    unique: dict[str, TuneTask] = {}
+    for task in tasks:
+        if task.workload_key in unique:
+            prev = unique[task.workload_key]
+            unique[task.workload_key] = TuneTask(**{**_fields(prev), "weight": prev.weight + task.weight})
+        else:
+            unique[task.workload_key] = task
+    task_names = {t.name for t in tasks}
+    untunable = [gv.name_hint for gv, f in fused.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint not in task_names]
+    log.info("extract %s: %d tasks (%d unique workloads) for %s", model_name, len(tasks),
+             len(unique), profile.key)
+    return Extracted(fused=fused, tasks=list(unique.values()), untunable=untunable)
+
+
+def _fields(task: TuneTask) -> dict[str, Any]:
+    return {k: getattr(task, k) for k in task.__dataclass_fields__}
+
+
+def _flop(mod: Any) -> float:
+    from tvm.s_tir.meta_schedule import _ffi_api  # noqa: F401 - registers the estimator
+
+    try:
+        from tvm.tirx.analysis import estimate_tir_flops
+
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - FLOPs are informational
+        return 0.0
+
+
+def load_mod(task: TuneTask) -> Any:
+    """The task's TIR IRModule back from its TVM JSON."""
+    import tvm
+
+    return tvm.ir.load_json(task.mod_json)

@@ -1,0 +1,267 @@
+"""Stage 1, ingest: a model file -> torch.export -> Relax IRModule, plus torch's own answer.
+
+The only module that imports torch. Formats:
+
+- `.pt2` (torch.export.save): input shapes come from the file unless given.
+- TorchScript (`torch.jit.save`): needs `--input-shape`; converted with TS2EPConverter.
+- a pickled `nn.Module` (`torch.save(model)`): only with `--allow-pickle`, because
+  unpickling runs code from the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.errors import ExtractError, IngestError, UsageError
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float32", "float16", "int64", "int32")
+
+
+@dataclass
+class ModelBundle:
+    """What ingest hands on: the Relax module, the inputs used, and torch's outputs and latency."""
+
+    name: str
+    path: str
+    fmt: str  # "torch.export" | "torchscript" | "pickle"
+    mod: Any  # tvm.IRModule (Relax)
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    torch_us: float
+    torch_threads: int
+
+
+def parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
+    """'1,3,224,224' or '1,3,224,224;1,10' (one shape per input) -> shapes."""
+    if text is None or text.strip() == "":
+        return None
+    shapes = []
+    for part in text.replace(" ", "").split(";"):
+        try:
+            dims = tuple(int(d) for d in part.lower().replace("x", ",").split(",") if d != "")
+        except ValueError as e:
+            raise UsageError(f"bad --input-shape {text!r}: dims must be integers",
+                             hint="e.g. --input-shape 1,3,224,224 (';' between inputs)") from e
+        if not dims or any(d <= 0 for d in dims):
+            raise UsageError(f"bad --input-shape {text!r}: dims must be positive integers",
+                             hint="e.g. --input-shape 1,3,224,224")
+        shapes.append(dims)
+    return shapes
+
+
+def sniff_format(path: Path) -> str:
+    """Which kind of torch file this is, from its archive entries (never unpickling it)."""
+    if not path.exists():
+        raise IngestError("no such file", subject=str(path))
+    if path.is_dir():
+        raise IngestError("is a directory, not a model file", subject=str(path))
+    if path.stat().st_size == 0:
+        raise IngestError("the file is empty", subject=str(path))
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            bad = zf.testzip()
+    except zipfile.BadZipFile as e:
+        raise IngestError(
+            "not a model: not a torch archive (truncated or not made by torch.export.save, "
+            "torch.jit.save or torch.save)", subject=str(path)) from e
+    except (OSError, EOFError, zipfile.LargeZipFile) as e:
+        raise IngestError(f"cannot read the archive (truncated or corrupt?): {e}",
+                          subject=str(path)) from e
+    if bad is not None:
+        raise IngestError(f"corrupt archive: entry {bad} fails its CRC check", subject=str(path))
+    if any(n.endswith("archive_format") for n in names) or any("/models/" in n for n in names):
+        return "torch.export"
+    if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
+        return "torchscript"
+    if any(n.endswith("data.pkl") for n in names):
+        return "pickle"
+    raise IngestError("not a model: a zip file, but not one torch wrote", subject=str(path))
+
+
+def _make_inputs(shapes: list[tuple[int, ...]], dtype: str, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes:
+        if dtype.startswith("int"):
+            out.append(rng.integers(0, 10, size=shape).astype(dtype))
+        else:
+            out.append(rng.standard_normal(shape).astype(dtype))
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def load(
+    path: str | Path,
+    input_shapes: list[tuple[int, ...]] | None = None,
+    dtype: str = "float32",
+    allow_pickle: bool = False,
+    threads: int = 1,
+    timing_runs: int = 50,
+) -> ModelBundle:
+    """Read a model file, run it in torch, export it, and import it into TVM Relax."""
+    path = Path(path)
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown --dtype {dtype!r}", hint=f"one of {', '.join(DTYPES)}")
+    fmt = sniff_format(path)
+    try:
+        import torch
+    except ImportError as e:
+        raise IngestError("torch is not installed on this host", subject=str(path),
+                          hint="run `pip install tunefarm[torch]` (workers do not need it)") from e
+    torch.set_num_threads(threads)
+    ep, args = _to_exported_program(torch, path, fmt, input_shapes, dtype, allow_pickle)
+    inputs = [a.detach().cpu().numpy() for a in args]
+    module = ep.module()
+    with torch.no_grad():
+        try:
+            out = module(*args)
+        except Exception as e:  # noqa: BLE001 - the model's own error, named
+            raise IngestError(f"the exported model fails on inputs {[list(i.shape) for i in inputs]}: "
+                              f"{_first_line(e)}", subject=str(path)) from e
+        outputs = [o.detach().cpu().numpy() for o in _flatten(torch, out)]
+        torch_us = _time_torch(module, args, timing_runs)
+    mod = _to_relax(ep, path)
+    return ModelBundle(name=path.stem, path=str(path), fmt=fmt, mod=mod, inputs=inputs,
+                       outputs=outputs, torch_us=torch_us, torch_threads=threads)
+
+
+def _flatten(torch: Any, out: Any) -> list[Any]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(torch, o)]
+    if isinstance(out, dict):
+        return [t for k in sorted(out) for t in _flatten(torch, out[k])]
+    raise IngestError(f"unsupported model output type {type(out).__name__}")
+
+
+def _time_torch(module: Any, args: tuple, runs: int) -> float:
+    for _ in range(3):
+        module(*args)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        module(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[int, ...]] | None,
+                         dtype: str, allow_pickle: bool) -> tuple[Any, tuple]:
+    tdtype = getattr(torch, dtype)
+    if fmt == "torch.export":
+        try:
+            ep = torch.export.load(str(path))
+        except Exception as e:  # noqa: BLE001
+            raise IngestError(f"torch.export.load failed (truncated or corrupt?): {_first_line(e)}",
+                              subject=str(path)) from e
+        user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder"
+                       and n.name in set(ep.graph_signature.user_inputs)]
+        file_shapes = [tuple(int(d) for d in n.meta["val"].shape) for n in user_inputs]
+        if shapes is not None:
+            if len(shapes) != len(file_shapes):
+                raise UsageError(f"the model takes {len(file_shapes)} input(s), --input-shape "
+                                 f"gives {len(shapes)}", subject=str(path))
+            for i, (want, have) in enumerate(zip(shapes, file_shapes, strict=True)):
+                if len(want) != len(have):
+                    raise UsageError(f"input {i} has rank {len(have)} {list(have)}, --input-shape "
+                                     f"gives rank {len(want)} {list(want)}", subject=str(path))
+                if want != have:
+                    raise UsageError(f"input {i} was exported with static shape {list(have)}; "
+                                     f"re-export the model to tune shape {list(want)}",
+                                     subject=str(path))
+        dtypes = [str(n.meta["val"].dtype).replace("torch.", "") for n in user_inputs]
+        args = tuple(torch.from_numpy(_make_inputs([s], d, seed=i)[0])
+                     for i, (s, d) in enumerate(zip(file_shapes, dtypes, strict=True)))
+        return ep, args
+
+    if shapes is None:
+        raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
+                         subject=str(path))
+    args = tuple(torch.from_numpy(a).to(tdtype) for a in _make_inputs(shapes, dtype))
+    if fmt == "torchscript":
+        try:
+            ts = torch.jit.load(str(path), map_location="cpu").eval()
+        except Exception as e:  # noqa: BLE001
+            raise IngestError(f"torch.jit.load failed (truncated or corrupt?): {_first_line(e)}",
+                              subject=str(path)) from e
+        _check_runs(torch, ts, args, path)
+        try:
+            from torch._export.converter import TS2EPConverter
+
+            ep = TS2EPConverter(ts, args).convert()
+        except Exception as e:  # noqa: BLE001
+            raise IngestError(f"torch cannot convert this TorchScript to torch.export: "
+                              f"{_first_line(e)}", subject=str(path),
+                              hint="export it yourself with torch.export.save and submit the .pt2") from e
+        return ep, args
+
+    # a pickled nn.Module
+    if not allow_pickle:
+        raise UsageError("this is a pickled nn.Module; loading it runs code from the file",
+                         subject=str(path),
+                         hint="pass --allow-pickle if you trust it, or submit a torch.export .pt2")
+    try:
+        model = torch.load(str(path), map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch.load failed: {_first_line(e)}", subject=str(path),
+                          hint="the classes the pickle names must be importable here") from e
+    if not isinstance(model, torch.nn.Module):
+        raise IngestError(f"the pickle holds a {type(model).__name__}, not an nn.Module "
+                          f"(a state_dict has no architecture)", subject=str(path))
+    model = model.eval()
+    _check_runs(torch, model, args, path)
+    try:
+        ep = torch.export.export(model, args)
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch.export cannot export this model: {_first_line(e)}",
+                          subject=str(path)) from e
+    return ep, args
+
+
+def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:
+    with torch.no_grad():
+        try:
+            model(*args)
+        except Exception as e:  # noqa: BLE001
+            shapes = [list(a.shape) for a in args]
+            raise UsageError(f"the model does not run on inputs of shape {shapes} (wrong rank or "
+                             f"size?): {_first_line(e)}", subject=str(path)) from e
+
+
+def _to_relax(ep: Any, path: Path) -> Any:
+    """torch.export program -> Relax IRModule, weights bound as constants."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        return from_exported_program(ep)
+    except Exception as e:  # noqa: BLE001 - name the operator the frontend lacks
+        msg = str(e)
+        ops = _unsupported_ops(msg)
+        what = f"operator(s) {', '.join(ops)}" if ops else _first_line(e)
+        raise ExtractError(f"TVM's torch frontend cannot convert {what}", subject=str(path),
+                           hint="replace the operator in the model, or file it upstream") from e
+
+
+def _unsupported_ops(msg: str) -> list[str]:
+    import re
+
+    m = re.search(r"Unsupported function type[s]?\s*\[?([^\]\n]*)\]?", msg)
+    if not m:
+        return []
+    return [s.strip(" '\"") for s in m.group(1).split(",") if s.strip(" '\"")]

@@ -1,0 +1,70 @@
+"""Every Redis key tunefarm uses, built in one place, under one prefix.
+
+Records never expire; job state is kept for `JOB_TTL_S` after the job ends.
+"""
+
+from __future__ import annotations
+
+PREFIX = "tunefarm"
+JOB_TTL_S = 30 * 24 * 3600
+
+
+def key_for(*parts: str) -> str:
+    return ":".join((PREFIX, *parts))
+
+
+# --- the record store (the farm's memory; never expires) -------------------
+def workload(wk: str) -> str:
+    """Hash: the workload's TIR (TVM JSON), target, device key, name, first job."""
+    return key_for("wl", wk)
+
+
+def records(wk: str) -> str:
+    """Hash: candidate hash -> stored record JSON (valid and failed kernels)."""
+    return key_for("wl", wk, "records")
+
+
+def best(wk: str) -> str:
+    """Hash: the best valid record so far (fields cand, us, record)."""
+    return key_for("wl", wk, "best")
+
+
+def workload_index() -> str:
+    """Sorted set: every workload key, scored by first-seen time."""
+    return key_for("workloads")
+
+
+# --- jobs ------------------------------------------------------------------
+def job(job_id: str) -> str:
+    """String: the JobSpec JSON."""
+    return key_for("job", job_id)
+
+
+def job_status(job_id: str) -> str:
+    """Hash: state, message, finalized_by, times."""
+    return key_for("job", job_id, "status")
+
+
+def job_tasks(job_id: str) -> str:
+    """Hash: workload key -> task state JSON (state, rounds, host, best_us, failures...)."""
+    return key_for("job", job_id, "tasks")
+
+
+def job_measured(job_id: str) -> str:
+    """Hash: workload key -> records this job measured (incremented by the keep-best script)."""
+    return key_for("job", job_id, "measured")
+
+
+def round_done(round_id: str) -> str:
+    """String: set once when a round has run (a redelivered round is then skipped)."""
+    return key_for("round", round_id, "done")
+
+
+def round_next(round_id: str) -> str:
+    """String: set once when the round after this one has been sent (no double dispatch)."""
+    return key_for("round", round_id, "next")
+
+
+def jobs_index() -> str:
+    """Sorted set: job ids by creation time."""
+    return key_for("jobs")

@@ -1,0 +1,122 @@
+"""Everything that crosses a process boundary: frozen dataclasses with to_json/from_json.
+
+Each carries a schema version; `from_json` refuses a version it does not know
+(with the subject named), so an old worker never misreads a new message.
+Celery messages are JSON dicts of these, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+from farm.errors import StoreError
+
+SCHEMA = 1
+T = TypeVar("T", bound="_Message")
+
+
+class _Message:
+    kind = "message"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)  # type: ignore[call-overload]
+        data["schema"] = SCHEMA
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls: type[T], data: dict[str, Any]) -> T:
+        if not isinstance(data, dict):
+            raise StoreError(f"expected a JSON object, got {type(data).__name__}", subject=cls.kind)
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise StoreError(f"unknown schema version {schema!r} (this farm reads {SCHEMA})",
+                             subject=cls.kind, hint="upgrade tunefarm on this host")
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as e:
+            raise StoreError(f"malformed: {e}", subject=cls.kind) from e
+
+    @classmethod
+    def loads(cls: type[T], text: str | bytes) -> T:
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise StoreError(f"not JSON: {e}", subject=cls.kind) from e
+        return cls.from_json(data)
+
+
+@dataclass(frozen=True)
+class TuneTask(_Message):
+    """One tuning task: one fused TIR workload of a model, for one device key."""
+
+    kind = "tune task"
+    name: str
+    workload_key: str
+    weight: int
+    mod_json: str  # the dispatched TIR IRModule as TVM JSON (tvm.ir.save_json)
+    target: dict[str, Any]
+    device_key: str
+    flop: float = 0.0
+    space_size: int = 0  # design spaces MetaSchedule generated; 0: not counted
+
+
+@dataclass(frozen=True)
+class RoundRequest(_Message):
+    """One Celery message: one round of `trials` trials for one workload of one job."""
+
+    kind = "round request"
+    job_id: str
+    workload_key: str
+    task_name: str
+    round_index: int
+    trials: int  # trials this round measures
+    target_trials: int  # the job's goal for this workload (the round stops early when met)
+    max_rounds: int
+    device_key: str
+    model: str = ""
+
+    @property
+    def round_id(self) -> str:
+        return f"{self.job_id}:{self.workload_key}:{self.round_index}"
+
+
+@dataclass(frozen=True)
+class RoundResult(_Message):
+    """What a round reports back (also written to the job's task state in the store)."""
+
+    kind = "round result"
+    job_id: str
+    workload_key: str
+    round_index: int
+    host: str
+    measured: int  # new records this round committed (valid + failed kernels)
+    valid: int
+    failures: dict[str, int] = field(default_factory=dict)  # class -> count
+    device_lost: int = 0
+    best_us: float | None = None
+    wall_s: float = 0.0
+    skipped: bool = False  # a redelivered round that had already run
+
+
+@dataclass(frozen=True)
+class JobSpec(_Message):
+    """A job as the store keeps it: what to tune and how far."""
+
+    kind = "job"
+    job_id: str
+    model: str
+    device_key: str
+    target: dict[str, Any]
+    trials_per_task: int
+    round_trials: int
+    workload_keys: list[str]
+    task_names: dict[str, str]  # workload key -> task name
+    weights: dict[str, int]
+    created_at: float = 0.0
+    max_rounds: int = 0

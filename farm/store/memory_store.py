@@ -1,0 +1,99 @@
+"""An in-memory `RecordStore` for unit tests and dry runs (one process only)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from farm.messages import JobSpec, TuneTask
+from farm.store.store import RecordStore, StoredRecord, TaskState, is_better
+
+
+class MemoryStore(RecordStore):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workloads: dict[str, TuneTask] = {}
+        self._records: dict[str, dict[str, StoredRecord]] = {}
+        self._best: dict[str, StoredRecord] = {}
+        self._jobs: dict[str, JobSpec] = {}
+        self._tasks: dict[str, dict[str, TaskState]] = {}
+        self._measured: dict[str, dict[str, int]] = {}
+        self._status: dict[str, dict[str, str]] = {}
+        self._flags: dict[str, float | None] = {}
+
+    def ping(self) -> None:
+        return None
+
+    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        with self._lock:
+            if task.workload_key in self._workloads:
+                return False
+            self._workloads[task.workload_key] = task
+            return True
+
+    def get_workload(self, wk: str) -> TuneTask | None:
+        return self._workloads.get(wk)
+
+    def workload_keys(self) -> list[str]:
+        return list(self._workloads)
+
+    def add_record(self, rec: StoredRecord) -> bool:
+        with self._lock:
+            recs = self._records.setdefault(rec.workload_key, {})
+            if rec.candidate in recs:
+                return False
+            recs[rec.candidate] = rec
+            if rec.job_id:
+                counts = self._measured.setdefault(rec.job_id, {})
+                counts[rec.workload_key] = counts.get(rec.workload_key, 0) + 1
+            cur = self._best.get(rec.workload_key)
+            if rec.valid and is_better(rec.run_us, cur.run_us if cur else None):
+                self._best[rec.workload_key] = rec
+            return True
+
+    def has_candidate(self, wk: str, candidate: str) -> bool:
+        return candidate in self._records.get(wk, {})
+
+    def records(self, wk: str) -> list[StoredRecord]:
+        return list(self._records.get(wk, {}).values())
+
+    def record_count(self, wk: str) -> int:
+        return len(self._records.get(wk, {}))
+
+    def best(self, wk: str) -> StoredRecord | None:
+        return self._best.get(wk)
+
+    def put_job(self, spec: JobSpec) -> None:
+        self._jobs[spec.job_id] = spec
+
+    def get_job(self, job_id: str) -> JobSpec | None:
+        return self._jobs.get(job_id)
+
+    def job_ids(self) -> list[str]:
+        return list(self._jobs)
+
+    def set_task_state(self, job_id: str, wk: str, state: TaskState) -> None:
+        with self._lock:
+            self._tasks.setdefault(job_id, {})[wk] = state
+
+    def task_states(self, job_id: str) -> dict[str, TaskState]:
+        return dict(self._tasks.get(job_id, {}))
+
+    def job_measured(self, job_id: str) -> dict[str, int]:
+        return dict(self._measured.get(job_id, {}))
+
+    def set_job_status(self, job_id: str, **fields: str) -> None:
+        with self._lock:
+            self._status.setdefault(job_id, {}).update(fields)
+
+    def job_status(self, job_id: str) -> dict[str, str]:
+        return dict(self._status.get(job_id, {}))
+
+    def claim(self, key: str, ttl_s: float | None = None) -> bool:
+        with self._lock:
+            now = time.time()
+            expiry = self._flags.get(key, 0.0)
+            if key in self._flags and (expiry is None or expiry > now):
+                return False
+            self._flags[key] = None if ttl_s is None else now + ttl_s
+            return True

@@ -1,0 +1,144 @@
+"""The record store on Redis: thin I/O; the atomic keep-best is keep_best.lua."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from farm import keys
+from farm.errors import ServiceError
+from farm.messages import JobSpec, TuneTask
+from farm.store.store import RecordStore, StoredRecord, TaskState, parse_record
+
+_KEEP_BEST = (Path(__file__).with_name("keep_best.lua")).read_text()
+
+
+def redact(url: str) -> str:
+    """A Redis URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+class RedisStore(RecordStore):
+    """A `RecordStore` on one Redis database. Drops its client when pickled."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self._client: redis.Redis | None = None
+        self._script: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"])  # type: ignore[misc]
+
+    @property
+    def r(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.url, decode_responses=True, socket_connect_timeout=5,
+                socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
+            )
+            self._script = self._client.register_script(_KEEP_BEST)
+        return self._client
+
+    def ping(self) -> None:
+        try:
+            self.r.ping()
+            self.r.set(keys.key_for("ping"), str(time.time()))
+        except redis.RedisError as e:
+            raise ServiceError(f"Redis is not reachable or not writable: {e}",
+                               subject=redact(self.url),
+                               hint="check it with `redis-cli -u URL ping`, or unset "
+                                    "FARM_BROKER_URL to use the embedded farm") from e
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- workloads and records ---------------------------------------------
+    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        new = bool(self.r.hsetnx(keys.workload(task.workload_key), "task", task.dumps()))
+        if new:
+            self.r.hset(keys.workload(task.workload_key),
+                        mapping={"first_job": job_id, "created_at": str(time.time())})
+            self.r.zadd(keys.workload_index(), {task.workload_key: time.time()}, nx=True)
+        return new
+
+    def get_workload(self, wk: str) -> TuneTask | None:
+        raw = self.r.hget(keys.workload(wk), "task")
+        return None if raw is None else TuneTask.loads(raw)
+
+    def workload_keys(self) -> list[str]:
+        return list(self.r.zrange(keys.workload_index(), 0, -1))
+
+    def add_record(self, rec: StoredRecord) -> bool:
+        self.r  # noqa: B018 - make sure the script is registered
+        run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
+        measured_key = keys.job_measured(rec.job_id) if rec.job_id else ""
+        return bool(self._script(
+            keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key],
+            args=[rec.candidate, rec.dumps(), run_us, rec.workload_key],
+        ))
+
+    def has_candidate(self, wk: str, candidate: str) -> bool:
+        return bool(self.r.hexists(keys.records(wk), candidate))
+
+    def records(self, wk: str) -> list[StoredRecord]:
+        out = []
+        for cand, raw in self.r.hgetall(keys.records(wk)).items():
+            rec = parse_record(raw, f"{keys.records(wk)}[{cand}]")
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def record_count(self, wk: str) -> int:
+        return int(self.r.hlen(keys.records(wk)))
+
+    def best(self, wk: str) -> StoredRecord | None:
+        raw = self.r.hget(keys.best(wk), "record")
+        return None if raw is None else parse_record(raw, keys.best(wk))
+
+    # --- jobs ----------------------------------------------------------------
+    def put_job(self, spec: JobSpec) -> None:
+        self.r.set(keys.job(spec.job_id), spec.dumps())
+        self.r.zadd(keys.jobs_index(), {spec.job_id: spec.created_at or time.time()})
+
+    def get_job(self, job_id: str) -> JobSpec | None:
+        raw = self.r.get(keys.job(job_id))
+        return None if raw is None else JobSpec.loads(raw)
+
+    def job_ids(self) -> list[str]:
+        return list(self.r.zrange(keys.jobs_index(), 0, -1))
+
+    def set_task_state(self, job_id: str, wk: str, state: TaskState) -> None:
+        self.r.hset(keys.job_tasks(job_id), wk, state.dumps())
+
+    def task_states(self, job_id: str) -> dict[str, TaskState]:
+        out = {}
+        for wk, raw in self.r.hgetall(keys.job_tasks(job_id)).items():
+            try:
+                out[wk] = TaskState.loads(raw)
+            except Exception:  # noqa: BLE001 - reported, never fatal
+                out[wk] = TaskState(state="queued", message=f"corrupt state at {keys.job_tasks(job_id)}")
+        return out
+
+    def job_measured(self, job_id: str) -> dict[str, int]:
+        return {k: int(v) for k, v in self.r.hgetall(keys.job_measured(job_id)).items()}
+
+    def set_job_status(self, job_id: str, **fields: str) -> None:
+        self.r.hset(keys.job_status(job_id), mapping=fields)
+
+    def job_status(self, job_id: str) -> dict[str, str]:
+        return dict(self.r.hgetall(keys.job_status(job_id)))
+
+    def claim(self, key: str, ttl_s: float | None = None) -> bool:
+        px = None if ttl_s is None else int(ttl_s * 1000)
+        return bool(self.r.set(key, str(time.time()), nx=True, px=px))

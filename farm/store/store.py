@@ -1,0 +1,163 @@
+"""The store interface and the logic that does not depend on where records live.
+
+Contract of every `RecordStore` (tested once in tests/unit/test_store_contract.py
+and run against each implementation):
+
+- Thread and process safe: many workers commit to one store at once.
+- `add_record` is idempotent: a candidate (workload key + candidate hash) is
+  stored once; a second commit of it returns False and changes nothing. Keep-best
+  is atomic with the insert, so the best record is always one of the records.
+- Records never expire. A corrupt record is reported with its key and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.messages import JobSpec, TuneTask, _Message
+
+log = logging.getLogger(__name__)
+
+FAILED_RUN_SECS = 1e10  # what MetaSchedule stores as the run time of a failed candidate
+FAILURE_CLASSES = ("build", "runtime", "timeout", "wrong_answer", "device_lost")
+
+
+def candidate_hash(record_json: list[Any]) -> str:
+    """The identity of a candidate: a hash of its trace (with the sampling decisions)."""
+    trace = record_json[0]
+    text = json.dumps(trace, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class StoredRecord(_Message):
+    """One measured candidate of one workload, as the store keeps it.
+
+    `record` is MetaSchedule's TuningRecord JSON ([trace, run_secs, target, args_info]),
+    so any record can be turned back into a `TuningRecord` for a JSONDatabase.
+    """
+
+    kind = "stored record"
+    workload_key: str
+    candidate: str
+    record: list[Any]
+    run_us: float | None  # mean run time; None for a failed kernel
+    error_class: str | None = None  # one of FAILURE_CLASSES, None when valid
+    error_msg: str = ""
+    job_id: str = ""
+    host: str = ""
+    measured_at: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return self.run_us is not None and self.error_class is None
+
+
+def is_better(new_us: float | None, best_us: float | None) -> bool:
+    """Is a record of `new_us` better than the best so far? Failed records never are."""
+    if new_us is None or math.isnan(new_us) or new_us >= FAILED_RUN_SECS * 1e6:
+        return False
+    return best_us is None or new_us < best_us
+
+
+@dataclass(frozen=True)
+class TaskState(_Message):
+    """The state of one workload within one job (written by workers, read by status)."""
+
+    kind = "task state"
+    state: str = "queued"  # queued | waiting | tuning | done | exhausted | failed
+    rounds: int = 0
+    host: str = ""
+    best_us: float | None = None
+    message: str = ""
+    failures: dict[str, int] = field(default_factory=dict)
+    device_lost: int = 0
+    updated_at: float = 0.0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in ("done", "exhausted", "failed")
+
+
+class RecordStore(ABC):
+    """Where every measurement lives. See the module docstring for the contract."""
+
+    # --- workloads and records -------------------------------------------
+    @abstractmethod
+    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        """Remember a workload (first writer wins). True when it was new."""
+
+    @abstractmethod
+    def get_workload(self, wk: str) -> TuneTask | None: ...
+
+    @abstractmethod
+    def workload_keys(self) -> list[str]: ...
+
+    @abstractmethod
+    def add_record(self, rec: StoredRecord) -> bool:
+        """Commit a record; keep the best atomically. False when the candidate was stored."""
+
+    @abstractmethod
+    def has_candidate(self, wk: str, candidate: str) -> bool: ...
+
+    @abstractmethod
+    def records(self, wk: str) -> list[StoredRecord]:
+        """Every record of a workload; corrupt ones are logged with their key and skipped."""
+
+    @abstractmethod
+    def record_count(self, wk: str) -> int: ...
+
+    @abstractmethod
+    def best(self, wk: str) -> StoredRecord | None: ...
+
+    # --- jobs -------------------------------------------------------------
+    @abstractmethod
+    def put_job(self, spec: JobSpec) -> None: ...
+
+    @abstractmethod
+    def get_job(self, job_id: str) -> JobSpec | None: ...
+
+    @abstractmethod
+    def job_ids(self) -> list[str]: ...
+
+    @abstractmethod
+    def set_task_state(self, job_id: str, wk: str, state: TaskState) -> None: ...
+
+    @abstractmethod
+    def task_states(self, job_id: str) -> dict[str, TaskState]: ...
+
+    @abstractmethod
+    def job_measured(self, job_id: str) -> dict[str, int]:
+        """Records each workload got from this job (counted by the keep-best commit)."""
+
+    @abstractmethod
+    def set_job_status(self, job_id: str, **fields: str) -> None: ...
+
+    @abstractmethod
+    def job_status(self, job_id: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    def claim(self, key: str, ttl_s: float | None = None) -> bool:
+        """Set a once-only flag (round done, next round sent, finalize). True for the first caller."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise ServiceError when the store is unreachable or not writable."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def parse_record(raw: str | bytes, where: str) -> StoredRecord | None:
+    """A stored record, or None (logged with its key) when it is corrupt."""
+    try:
+        return StoredRecord.loads(raw)
+    except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
+        log.warning("store: corrupt record at %s skipped: %s", where, e)
+        return None

@@ -1,0 +1,278 @@
+"""A whole job, stage by stage: ingest -> extract -> plan -> dispatch -> wait -> finalize -> compile.
+
+`submit` is what `farm submit` runs. With no broker configured it brings up the
+embedded farm for the job's lifetime; with one it only talks to the lab farm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from farm import compile as compile_stage
+from farm import extract as extract_stage
+from farm import finalize as finalize_stage
+from farm import ingest as ingest_stage
+from farm import plan as plan_stage
+from farm.config import FarmConfig
+from farm.dispatch import make_app, send_round
+from farm.errors import TuneError, UsageError
+from farm.messages import JobSpec, RoundRequest
+from farm.profiles import resolve_profile
+from farm.store import RecordStore, TaskState, open_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    model: Path
+    out: Path
+    trials_per_task: int = 32
+    input_shape: str | None = None
+    dtype: str = "float32"
+    allow_pickle: bool = False
+    force: bool = False
+    wait: bool = True
+    timeout_s: float | None = None  # None: wait as long as the job runs
+    tracker: str | None = None  # lab mode: where to run the compiled model (None: this CPU)
+
+
+@dataclass
+class Farm:
+    """A connection to a running farm (embedded or lab)."""
+
+    store: RecordStore
+    app: Any
+    tracker: str | None
+    check_alive: Callable[[], None]
+    embedded: bool
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError("--out exists and is not a folder", subject=str(out))
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UsageError("--out exists and is not empty", subject=str(out),
+                         hint="choose another --out or pass --force to replace it")
+
+
+@contextlib.contextmanager
+def connect(config: FarmConfig, tracker: str | None = None) -> Iterator[Farm]:
+    """The farm to submit to: the lab farm at config.broker_url, or an embedded one."""
+    if config.broker_url:
+        store = open_store(config.store_url)
+        store.ping()
+        yield Farm(store=store, app=make_app(config), tracker=tracker,
+                   check_alive=lambda: None, embedded=False)
+        store.close()
+        return
+    from farm.embedded import embedded_farm
+
+    profile = resolve_profile(config.device_key, config.profiles)
+    with embedded_farm(config, threads=profile.threads) as farm:
+        cfg = replace(config, broker_url=farm.broker_url)
+        store = open_store(farm.broker_url)
+        store.ping()
+        try:
+            yield Farm(store=store, app=make_app(cfg), tracker=farm.tracker,
+                       check_alive=farm.group.check_alive, embedded=True)
+        finally:
+            store.close()
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def submit(opts: SubmitOptions, config: FarmConfig,
+           report: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run a job end to end; return the summary (also written to <out>/summary.json)."""
+    t0 = time.monotonic()
+    if opts.trials_per_task < 1:
+        raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
+    check_out_dir(opts.out, opts.force)
+    profile = resolve_profile(config.device_key, config.profiles)
+
+    # 1. ingest (torch) and 2. extract (TVM): before any service starts, so bad input fails fast.
+    bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
+                               opts.dtype, opts.allow_pickle, threads=profile.threads)
+    report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
+           f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
+    extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
+    tasks = extracted.tasks
+    report(f"extract: {len(tasks)} tuning tasks for device key {profile.key}")
+
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
+    try:
+        with connect(config, opts.tracker) as farm:
+            # 3. plan: the store says what is already tuned.
+            plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
+            job_id = new_job_id()
+            job = JobSpec(
+                job_id=job_id, model=bundle.name, device_key=profile.key,
+                target=profile.target_json(), trials_per_task=opts.trials_per_task,
+                round_trials=config.round_trials, workload_keys=[t.workload_key for t in tasks],
+                task_names={t.workload_key: t.name for t in tasks},
+                weights={t.workload_key: t.weight for t in tasks}, created_at=time.time(),
+                max_rounds=max((p.max_rounds for p in plans), default=0),
+            )
+            farm.store.put_job(job)
+            farm.store.set_job_status(job_id, state="running", started_at=str(time.time()))
+            # 4. dispatch: one message per (workload, round); rounds chain on the workers.
+            for p in plans:
+                farm.store.put_workload(p.task, job_id)
+                if p.cached:
+                    farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                        state="done", message=f"from store ({p.in_store} trials)",
+                        updated_at=time.time()))
+                    continue
+                farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                    state="queued", message="round 1 queued", updated_at=time.time()))
+                send_round(farm.app, RoundRequest(
+                    job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
+                    round_index=0, trials=min(config.round_trials, p.needed),
+                    target_trials=opts.trials_per_task, max_rounds=p.max_rounds,
+                    device_key=profile.key, model=bundle.name))
+            planned = sum(p.needed for p in plans)
+            report(f"plan: job {job_id}: {planned} trials to measure, "
+                   f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
+            if not opts.wait:
+                if farm.embedded:
+                    raise UsageError("--no-wait needs a running farm (set FARM_BROKER_URL)")
+                return {"job_id": job_id, "state": "submitted"}
+            # 5. wait for the workers (the store is the truth, not a chord callback).
+            wait_for_job(farm, job, report, opts.timeout_s)
+            # 6. finalize: the best record per workload -> one JSONDatabase.
+            bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best")
+            farm.store.set_job_status(job_id, state="finalized", finalized_at=str(time.time()))
+            states = farm.store.task_states(job_id)
+            measured = farm.store.job_measured(job_id)
+            # 7. compile, check against torch, benchmark on a phone of the key.
+            report("compile: building tuned and untuned models, checking against torch")
+            result = compile_stage.compile_and_check(
+                extracted.fused, profile.target_json(), staging / "best", staging,
+                bundle.inputs, bundle.outputs, farm.tracker, profile.key,
+                {t.workload_key: t.name for t in tasks},
+                {t.name for t in tasks if bests.get(t.workload_key) is not None},
+                extracted.untunable,
+            )
+        summary = make_summary(job, bundle, plans, states, measured, bests, result, profile,
+                               time.monotonic() - t0)
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
+        if opts.out.exists():
+            shutil.rmtree(opts.out)
+        staging.rename(opts.out)
+        return summary
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
+                 timeout_s: float | None, poll_s: float = 1.0) -> dict[str, TaskState]:
+    """Poll the store until every task of the job is done, exhausted or failed."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last = ""
+    while True:
+        farm.check_alive()
+        states = farm.store.task_states(job.job_id)
+        measured = farm.store.job_measured(job.job_id)
+        line = progress_line(job, states, measured)
+        if line != last:
+            report(line)
+            last = line
+        if len(states) >= len(job.workload_keys) and all(
+                states[wk].terminal for wk in job.workload_keys if wk in states):
+            failed = {wk: s for wk, s in states.items() if s.state == "failed"}
+            if failed and len(failed) == len(job.workload_keys):
+                first = next(iter(failed.values()))
+                raise TuneError(f"every task failed; first: {first.message}",
+                                subject=f"job {job.job_id}")
+            return states
+        if deadline is not None and time.monotonic() > deadline:
+            raise TuneError(f"not finished after {timeout_s:.0f} s ({line})",
+                            subject=f"job {job.job_id}",
+                            hint=f"the job goes on; check it with `farm status {job.job_id}`")
+        time.sleep(poll_s)
+
+
+def progress_line(job: JobSpec, states: dict[str, TaskState], measured: dict[str, int]) -> str:
+    counts: dict[str, int] = {}
+    for s in states.values():
+        counts[s.state] = counts.get(s.state, 0) + 1
+    done = sum(counts.get(k, 0) for k in ("done", "exhausted", "failed"))
+    parts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    waiting = [s.message for s in states.values() if s.state == "waiting"]
+    extra = f"; {waiting[0]}" if waiting else ""
+    return (f"job {job.job_id}: {done}/{len(job.workload_keys)} tasks finished ({parts}), "
+            f"{sum(measured.values())} trials measured{extra}")
+
+
+def make_summary(job: JobSpec, bundle: Any, plans: list[plan_stage.TaskPlan],
+                 states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
+                 result: compile_stage.CompileResult, profile: Any, wall_s: float) -> dict[str, Any]:
+    tasks = []
+    for p in plans:
+        wk = p.task.workload_key
+        st = states.get(wk, TaskState())
+        best = bests.get(wk)
+        tasks.append({
+            "name": p.task.name, "workload_key": wk, "weight": p.task.weight,
+            "trials_measured": measured.get(wk, 0), "trials_from_store": p.in_store,
+            "best_us": round(best.run_us, 3) if best is not None else None,
+            "failed": sum(st.failures.values()), "failures": st.failures,
+            "device_lost": st.device_lost, "rounds": st.rounds, "state": st.state,
+            "message": st.message,
+        })
+    return {
+        "job_id": job.job_id, "model": bundle.path, "format": bundle.fmt,
+        "device_key": job.device_key, "target": job.target,
+        "trials_per_task": job.trials_per_task,
+        "inputs": [list(x.shape) for x in bundle.inputs],
+        "tasks": tasks,
+        "latency_us": {"torch": round(bundle.torch_us, 2), "untuned": round(result.untuned_us, 2),
+                       "tuned": round(result.tuned_us, 2)},
+        "speedup": {"tuned_vs_untuned": round(result.untuned_us / result.tuned_us, 3),
+                    "tuned_vs_torch": round(bundle.torch_us / result.tuned_us, 3)},
+        "threads": profile.threads, "measured_on": result.measured_on,
+        "numerics_ok": result.numerics_ok, "max_abs_err": result.max_abs_err,
+        "schedules": {"from_log": result.from_log, "fallback": result.fallback},
+        "library": "model.so", "best_log": "best/",
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    rows = [("task", "trials", "from store", "best us", "state")]
+    for t in summary["tasks"]:
+        best = f"{t['best_us']:.1f}" if t["best_us"] is not None else "-"
+        rows.append((t["name"][:48], str(t["trials_measured"]), str(t["trials_from_store"]),
+                     best, t["state"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lat = summary["latency_us"]
+    lines.append("")
+    lines.append(f"latency (us, {summary['threads']} thread(s), {summary['measured_on']}): "
+                 f"torch {lat['torch']:.1f}  untuned {lat['untuned']:.1f}  tuned {lat['tuned']:.1f}")
+    lines.append(f"speed-up: {summary['speedup']['tuned_vs_untuned']:.2f}x vs untuned, "
+                 f"{summary['speedup']['tuned_vs_torch']:.2f}x vs torch; numerics "
+                 f"{'match torch' if summary['numerics_ok'] else 'DO NOT match torch'} "
+                 f"(max abs err {summary['max_abs_err']:.2e})")
+    fb = summary["schedules"]["fallback"]
+    if fb:
+        lines.append(f"default schedule for {len(fb)} function(s): "
+                     + "; ".join(f"{k} ({v})" for k, v in fb.items()))
+    lines.append(f"wall time {summary['wall_s']:.0f} s, job {summary['job_id']}")
+    return "\n".join(lines)
+

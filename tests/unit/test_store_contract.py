@@ -1,0 +1,98 @@
+"""The store contract, run against every implementation (in-memory and real Redis)."""
+
+import threading
+
+import pytest
+
+from farm import keys
+from farm.messages import JobSpec, TuneTask
+from farm.store import StoredRecord, TaskState, candidate_hash, is_better, open_store
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    if request.param == "memory":
+        s = open_store("memory://")
+    else:
+        s = open_store(request.getfixturevalue("clean_redis"))
+    yield s
+    s.close()
+
+
+def rec(cand: str, us: float | None, wk: str = "wk", job: str = "j1", err: str | None = None):
+    return StoredRecord(workload_key=wk, candidate=cand, record=[{"t": cand}, [1.0], {}, []],
+                        run_us=us, error_class=err, job_id=job)
+
+
+def test_keep_best_and_idempotent_commit(store):
+    assert store.add_record(rec("a", 50.0))
+    assert store.add_record(rec("b", 20.0))
+    assert store.add_record(rec("c", 30.0))
+    assert not store.add_record(rec("b", 1.0))  # same candidate again: ignored entirely
+    assert store.add_record(rec("d", None, err="build"))  # failures are kept, never best
+    assert store.best("wk").candidate == "b"
+    assert store.best("wk").run_us == 20.0
+    assert store.record_count("wk") == 4
+    assert store.job_measured("j1") == {"wk": 4}
+    assert store.has_candidate("wk", "a") and not store.has_candidate("wk", "zz")
+
+
+def test_concurrent_commits_keep_the_true_best(store):
+    def worker(offset):
+        for i in range(50):
+            store.add_record(rec(f"c{offset}-{i}", float(1000 - offset * 50 - i)))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.record_count("wk") == 200
+    assert store.best("wk").run_us == min(1000 - k * 50 - i for k in range(4) for i in range(50))
+
+
+def test_workloads_first_writer_wins(store):
+    task = TuneTask(name="n", workload_key="wk1", weight=1, mod_json="{}", target={"kind": "llvm"},
+                    device_key="k")
+    assert store.put_workload(task, "j1")
+    other = TuneTask(name="other", workload_key="wk1", weight=1, mod_json="{}",
+                     target={"kind": "llvm"}, device_key="k")
+    assert not store.put_workload(other, "j2")
+    assert store.get_workload("wk1") == task
+    assert store.workload_keys() == ["wk1"]
+    assert store.get_workload("missing") is None
+
+
+def test_jobs_and_task_states(store):
+    spec = JobSpec(job_id="j9", model="m", device_key="k", target={"kind": "llvm"},
+                   trials_per_task=4, round_trials=4, workload_keys=["a"], task_names={"a": "x"},
+                   weights={"a": 1}, created_at=1.0)
+    store.put_job(spec)
+    assert store.get_job("j9") == spec and "j9" in store.job_ids()
+    store.set_task_state("j9", "a", TaskState(state="tuning", rounds=1))
+    assert store.task_states("j9")["a"].state == "tuning"
+    store.set_job_status("j9", state="running")
+    assert store.job_status("j9") == {"state": "running"}
+
+
+def test_claim_once(store):
+    assert store.claim(keys.round_next("r1"))
+    assert not store.claim(keys.round_next("r1"))
+    assert store.claim(keys.round_next("r2"), ttl_s=60)
+
+
+def test_corrupt_record_is_skipped(clean_redis):
+    import redis
+
+    s = open_store(clean_redis)
+    s.add_record(rec("good", 5.0))
+    redis.Redis.from_url(clean_redis).hset(keys.records("wk"), "bad", "{not json")
+    got = s.records("wk")
+    assert [r.candidate for r in got] == ["good"]
+
+
+def test_is_better_and_candidate_hash():
+    assert is_better(1.0, None) and is_better(1.0, 2.0) and not is_better(3.0, 2.0)
+    assert not is_better(None, None)
+    assert candidate_hash([{"a": 1}, [1.0]]) == candidate_hash([{"a": 1}, [2.0]])
+    assert candidate_hash([{"a": 1}]) != candidate_hash([{"a": 2}])

@@ -1,0 +1,120 @@
+"""The Celery side of a worker host: the round task and its continuation.
+
+Process state: each pool process keeps one `WorkerContext` (warm builder,
+runner, TVM) in `_PROCESS`, set up by `worker_process_init`; nothing else is global.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import signals
+
+from farm import keys
+from farm.config import FarmConfig
+from farm.dispatch import ROUND_TASK, make_app, send_round
+from farm.errors import FarmError
+from farm.messages import RoundRequest, RoundResult
+from farm.store import RecordStore, TaskState, open_store
+from workers.measure import WorkerContext, _best_effort, _replace, run_round
+
+log = logging.getLogger(__name__)
+
+_PROCESS: dict[str, Any] = {}
+
+
+def build_app(config: FarmConfig, tracker: str) -> Any:
+    app = make_app(config)
+    _PROCESS["config"] = config
+    _PROCESS["tracker"] = tracker
+    _PROCESS["app"] = app
+    app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)(tune_round)
+    return app
+
+
+@signals.worker_process_init.connect
+def _warm_process(**_: Any) -> None:
+    if "config" not in _PROCESS:
+        return
+    ctx = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"])
+    _PROCESS["ctx"] = ctx
+    _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
+    try:
+        ctx.warm()
+    except Exception as e:  # noqa: BLE001 - warming is an optimisation; the round will say why
+        log.warning("worker %s: warm-up failed: %s", ctx.host, e)
+
+
+def _context() -> tuple[WorkerContext, RecordStore]:
+    if "ctx" not in _PROCESS:  # solo pool or a missed signal
+        _PROCESS["ctx"] = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"])
+        _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
+    return _PROCESS["ctx"], _PROCESS["store"]
+
+
+def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """One round of one workload. Safe to run twice (see workers/measure.py)."""
+    req = RoundRequest.from_json(payload)
+    ctx, store = _context()
+
+    def progress(c: Any) -> None:
+        meta = {"job": req.job_id, "task": req.task_name, "round": req.round_index + 1,
+                "trials_done": c.new + c.duplicates, "trials_total": req.trials,
+                "best_us": c.best_us, "host": ctx.host, "device_key": req.device_key}
+        _best_effort(self.update_state, None, "PROGRESS", meta)
+        _best_effort(self.send_event, "task-progress", **meta)
+
+    try:
+        result = run_round(ctx, store, req, on_progress=progress)
+    except FarmError as e:
+        log.error("round %s of %s on %s failed: %s", req.round_index + 1, req.task_name,
+                  ctx.host, e)
+        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+        _best_effort(store.set_task_state, req.job_id, req.workload_key,
+                     _replace(prior, state="failed", host=ctx.host, message=str(e)))
+        raise
+    except Exception as e:
+        log.exception("round %s of %s on %s crashed", req.round_index + 1, req.task_name, ctx.host)
+        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+        _best_effort(store.set_task_state, req.job_id, req.workload_key,
+                     _replace(prior, state="failed", host=ctx.host,
+                              message=f"round crashed on {ctx.host}: {type(e).__name__}: {e}"))
+        raise
+    continue_job(_PROCESS["app"], store, req, result)
+    return result.to_json()
+
+
+def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundResult) -> None:
+    """After a round: the workload is done, exhausted, or gets its next round (sent once)."""
+    prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+    failures = dict(prior.failures)
+    for k, v in result.failures.items():
+        failures[k] = failures.get(k, 0) + v
+    best = store.best(req.workload_key)
+    count = store.record_count(req.workload_key)
+    base = dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
+                best_us=best.run_us if best else None, host=result.host,
+                rounds=max(prior.rounds, req.round_index + 1))
+    status = store.job_status(req.job_id)
+    if status.get("state") == "cancelled":
+        state = _replace(prior, state="failed", message="job cancelled", **base)
+    elif count >= req.target_trials:
+        state = _replace(prior, state="done", message=f"{count} trials in store", **base)
+    elif result.measured == 0 and result.device_lost == 0 and not result.skipped:
+        state = _replace(prior, state="exhausted",
+                         message=f"search space exhausted after {count} distinct candidates",
+                         **base)
+    elif req.round_index + 1 >= req.max_rounds:
+        state = _replace(prior, state="exhausted",
+                         message=f"{req.max_rounds} rounds used, {count} trials in store", **base)
+    else:
+        nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1})
+        state = _replace(prior, state="queued", message=f"round {nxt.round_index + 1} queued",
+                         **base)
+        _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+        if store.claim(keys.round_next(req.round_id), ttl_s=keys.JOB_TTL_S):
+            send_round(app, nxt, countdown_s=1.0 if result.device_lost else None)
+        return
+    _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+    log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)

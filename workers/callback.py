@@ -1,0 +1,89 @@
+"""Commit every measured candidate to the store at once, with its failure class.
+
+Replaces MetaSchedule's AddToDatabase: it sees builder and runner errors, so a
+failure is classified (build, runtime, timeout); a candidate whose phone went
+away (device_lost) is not stored at all, so it can be measured again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store.store import FAILED_RUN_SECS
+from workers.runner import classify_run_error
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoundCounters:
+    new: int = 0
+    valid: int = 0
+    duplicates: int = 0
+    device_lost: int = 0
+    failures: Counter = field(default_factory=Counter)
+    best_us: float | None = None
+    last_device_error: str = ""
+
+
+@derived_object
+class StoreCallback(PyMeasureCallback):
+    def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target,
+                 job_id: str, host: str, counters: RoundCounters, on_progress=None) -> None:
+        super().__init__()
+        self.store = store
+        self.workload_key = workload_key
+        self.workload = workload
+        self.target = target
+        self.job_id = job_id
+        self.host = host
+        self.counters = counters
+        self.on_progress = on_progress
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        c = self.counters
+        for cand, built, ran in zip(measure_candidates, builder_results, runner_results,
+                                    strict=True):
+            error_class, error_msg, run_secs = None, "", None
+            if built.error_msg:
+                error_class, error_msg = "build", built.error_msg
+            elif ran.error_msg:
+                error_class, error_msg = classify_run_error(ran.error_msg), ran.error_msg
+            else:
+                run_secs = [float(s) for s in ran.run_secs]
+            if error_class == "device_lost":
+                c.device_lost += 1
+                c.last_device_error = error_msg.strip().splitlines()[-1][:300] if error_msg else ""
+                continue
+            record = TuningRecord(
+                cand.sch.trace, self.workload,
+                run_secs if run_secs is not None else [FAILED_RUN_SECS],
+                self.target, cand.args_info,
+            ).as_json()
+            run_us = None if run_secs is None else sum(run_secs) / len(run_secs) * 1e6
+            stored = StoredRecord(
+                workload_key=self.workload_key, candidate=candidate_hash(record), record=record,
+                run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
+                job_id=self.job_id, host=self.host, measured_at=time.time(),
+            )
+            if self.store.add_record(stored):
+                c.new += 1
+                if error_class is None:
+                    c.valid += 1
+                    if c.best_us is None or run_us < c.best_us:  # type: ignore[operator]
+                        c.best_us = run_us
+                else:
+                    c.failures[error_class] += 1
+            else:
+                c.duplicates += 1
+        if self.on_progress is not None:
+            self.on_progress(c)

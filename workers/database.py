@@ -1,0 +1,72 @@
+"""A MetaSchedule `Database` over the record store, for one workload's round.
+
+`get_top_k` reads the records already in the store, so every round starts its
+search from the best candidates measured so far (by any host, any job).
+Records are committed by `StoreCallback` (workers/callback.py) the moment they
+are measured, with their failure class, so this database does not write them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+
+from farm.store import RecordStore
+from farm.store.store import FAILED_RUN_SECS
+
+log = logging.getLogger(__name__)
+
+
+@derived_object
+class StoreDatabase(PyDatabase):
+    def __init__(self, store: RecordStore, workload_key: str, mod: IRModule) -> None:
+        super().__init__()
+        self.store = store
+        self.workload_key = workload_key
+        self.workload = Workload(mod)
+        self._extra: list[TuningRecord] = []
+
+    def has_workload(self, mod: IRModule) -> bool:
+        import tvm
+
+        return bool(tvm.ir.structural_equal(mod, self.workload.mod))
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        return self.workload
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        self._extra.append(record)  # kept for the round; the store gets it via StoreCallback
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k <= 0:
+            return []
+        valid = [r for r in self.store.records(self.workload_key) if r.valid]
+        valid.sort(key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
+        out = []
+        for rec in valid[:top_k]:
+            try:
+                out.append(TuningRecord.from_json(rec.record, self.workload))
+            except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
+                log.warning("workload %s: record %s unreadable, skipped: %s",
+                            self.workload_key, rec.candidate, e)
+        return out
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        out = []
+        for rec in self.store.records(self.workload_key):
+            try:
+                out.append(TuningRecord.from_json(rec.record, self.workload))
+            except Exception as e:  # noqa: BLE001
+                log.warning("workload %s: record %s unreadable, skipped: %s",
+                            self.workload_key, rec.candidate, e)
+        return out
+
+    def __len__(self) -> int:
+        return self.store.record_count(self.workload_key)
+
+
+def is_failed(run_secs: list[float] | None) -> bool:
+    return not run_secs or any(s >= FAILED_RUN_SECS for s in run_secs)

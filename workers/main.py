@@ -1,0 +1,44 @@
+"""`farm worker`: a worker host bound to one tracker, consuming the queues of its device keys."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+from farm.config import FarmConfig
+from farm.dispatch import queue_for
+from farm.errors import ServiceError
+from farm.store import open_store
+from farm import tracker as tracker_mod
+
+log = logging.getLogger(__name__)
+
+
+def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
+               hostname: str | None = None, loglevel: str = "INFO", pool: str = "prefork") -> int:
+    """Check the tracker and the broker, then run the Celery worker in the foreground."""
+    if not config.broker_url:
+        raise ServiceError("no broker configured", subject="farm worker",
+                           hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
+    open_store(config.store_url).ping()
+    found = tracker_mod.phones(tracker)  # raises with the address and how to check it
+    keys = keys or sorted(k for k, v in found.items() if v.total > 0)
+    if not keys:
+        raise ServiceError("the tracker has no phones registered, so this host has no device key "
+                           "to serve", subject=f"tracker {tracker}",
+                           hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
+    from workers.app import build_app
+
+    app = build_app(config, tracker)
+    name = hostname or f"farm@{socket.gethostname()}"
+    log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
+    argv = ["worker", "-Q", ",".join(queue_for(k) for k in keys),
+            "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
+            "-E", "-P", pool, "--without-mingle", "--without-gossip"]
+    app.worker_main(argv=argv)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m workers.main` is `farm worker`
+    sys.exit(run_worker(FarmConfig(), sys.argv[1]))

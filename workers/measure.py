@@ -1,0 +1,188 @@
+"""One measuring round: MetaSchedule on this host's phones, committing to the store.
+
+A round is idempotent: it measures only what the workload still lacks
+(target trials minus records in the store), and a candidate already stored is
+never stored twice, so a redelivered round is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.config import FarmConfig
+from farm.errors import ServiceError, TuneError
+from farm.extract import load_mod
+from farm.messages import RoundRequest, RoundResult
+from farm.profiles import DeviceProfile, resolve_profile
+from farm.store import RecordStore, TaskState
+from farm import tracker as tracker_mod
+
+log = logging.getLogger(__name__)
+BATCH = 16  # candidates per build/measure batch inside a round
+
+
+@dataclass
+class WorkerContext:
+    """What a worker process keeps warm for its whole life (built once, reused every round)."""
+
+    config: FarmConfig
+    tracker: str
+    host: str = field(default_factory=socket.gethostname)
+    _builders: dict[str, Any] = field(default_factory=dict)
+    _runners: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def profile(self, key: str) -> DeviceProfile:
+        return resolve_profile(key, self.config.profiles)
+
+    def builder(self, profile: DeviceProfile) -> Any:
+        if profile.export not in self._builders:
+            from workers.builder import WarmBuilder
+
+            self._builders[profile.export] = WarmBuilder(
+                max_workers=self.config.builder_workers, timeout_s=self.config.build_timeout_s,
+                max_uses=self.config.builder_max_uses)
+        return self._builders[profile.export]
+
+    def runner(self, profile: DeviceProfile, phones: int) -> Any:
+        slot = (profile.key, max(1, phones))
+        if slot not in self._runners:
+            from workers.runner import BoundedRPCRunner
+
+            self._runners[slot] = BoundedRPCRunner(self.tracker, profile, max_workers=slot[1],
+                                                   run_timeout_s=self.config.run_timeout_s)
+        return self._runners[slot]
+
+    def warm(self) -> None:
+        """Pay TVM's one-off costs now (tensor intrinsics, the first TuneContext: ~15 s)."""
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.script import tirx as T  # noqa: F401
+
+        t0 = time.monotonic()
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+
+        target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+        mod = _tiny_workload()
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="evolutionary", task_name="warm-up")
+        ctx.generate_design_space()
+        self.builder(self.profile(self.config.device_key))
+        log.info("worker %s: warm in %.1f s", self.host, time.monotonic() - t0)
+
+
+def _tiny_workload() -> Any:
+    from tvm import te
+
+    a = te.placeholder((8, 8), name="A")
+    b = te.placeholder((8, 8), name="B")
+    k = te.reduce_axis((0, 8), name="k")
+    c = te.compute((8, 8), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    import tvm
+
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
+                   state: TaskState) -> int:
+    """Phones of the request's key on this host's tracker; waits (bounded) when there are none."""
+    deadline = time.monotonic() + ctx.config.device_wait_s
+    announced = False
+    while True:
+        info = tracker_mod.phones(ctx.tracker).get(req.device_key)
+        if info is not None and info.total > 0:
+            return info.total
+        if not announced:
+            msg = f"waiting for a phone of key {req.device_key} on host {ctx.host}"
+            log.warning("round %s: %s", req.round_id, msg)
+            _best_effort(store.set_task_state, req.job_id, req.workload_key,
+                         _replace(state, state="waiting", host=ctx.host, message=msg))
+            announced = True
+        if time.monotonic() >= deadline:
+            raise ServiceError(f"no phone of key {req.device_key} on host {ctx.host} for "
+                               f"{ctx.config.device_wait_s:.0f} s",
+                               subject=f"tracker {ctx.tracker}",
+                               hint="start the phones' RPC apps (or `farm phones`) with this key")
+        time.sleep(1.0)
+
+
+def _replace(current: TaskState, **changes: Any) -> TaskState:
+    data = current.to_json()
+    data.update(changes)
+    data["updated_at"] = time.time()
+    return TaskState.from_json(data)
+
+
+def _best_effort(fn: Any, *args: Any) -> None:
+    """Progress writes never fail a round (Redis may be restarting)."""
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001
+        log.warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
+
+
+def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
+              on_progress: Any = None) -> RoundResult:
+    """Measure up to `req.trials` new candidates of one workload on this host's phones."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from workers.callback import RoundCounters, StoreCallback
+    from workers.database import StoreDatabase
+
+    t0 = time.monotonic()
+    task = store.get_workload(req.workload_key)
+    if task is None:
+        raise TuneError("the workload is not in the store", subject=f"workload {req.workload_key}",
+                        hint="resubmit the job: its plan was lost")
+    prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+    missing = req.target_trials - store.record_count(req.workload_key)
+    trials = min(req.trials, missing)
+    if trials <= 0:
+        return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
+                           round_index=req.round_index, host=ctx.host, measured=0, valid=0,
+                           wall_s=time.monotonic() - t0, skipped=True)
+    profile = ctx.profile(req.device_key)
+    phones = wait_for_phone(ctx, store, req, prior)
+    state = _replace(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
+                     message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
+    _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+
+    mod = load_mod(task)
+    target = tvm.target.Target(task.target)
+    database = StoreDatabase(store, req.workload_key, mod)
+    counters = RoundCounters()
+    callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
+                             ctx.host, counters, on_progress)
+    work_dir = tempfile.mkdtemp(prefix="farm-round-")
+    log.info("round %s of %s on %s: %d trials (%d in store, %d phones)", req.round_index + 1,
+             task.name, ctx.host, trials, req.target_trials - missing, phones)
+    try:
+        ms.tune_tir(
+            mod, target, work_dir=work_dir, max_trials_global=trials,
+            num_trials_per_iter=min(BATCH, trials),
+            builder=ctx.builder(profile), runner=ctx.runner(profile, phones),
+            database=database, cost_model="xgb",
+            measure_callbacks=[callback, ms.measure_callback.RemoveBuildArtifact(),
+                               ms.measure_callback.UpdateCostModel()],
+            task_scheduler="round-robin", num_tuning_cores=1,
+            seed=zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF,
+        )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    log.info("round %s of %s on %s: %d new records (%d valid, %d duplicates, %d device lost), "
+             "best %s us", req.round_index + 1, task.name, ctx.host, counters.new, counters.valid,
+             counters.duplicates, counters.device_lost,
+             f"{counters.best_us:.1f}" if counters.best_us else "-")
+    return RoundResult(
+        job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
+        host=ctx.host, measured=counters.new, valid=counters.valid,
+        failures=dict(counters.failures), device_lost=counters.device_lost,
+        best_us=counters.best_us, wall_s=time.monotonic() - t0,
+    )
