@@ -116,9 +116,13 @@ def run_and_time(lib_path: Path, remote: Any, dev: Any, inputs: list[np.ndarray]
         rlib = tvm.runtime.load_module(str(lib_path))
     vm = relax.VirtualMachine(rlib, dev)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
-    outputs = _flatten(vm["main"](*args))
-    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=50)
-    res = timer(*args)
+    # The stateful API works over RPC also for tuple outputs.
+    vm.set_input("main", *args)
+    vm.invoke_stateful("main")
+    outputs = _flatten(vm.get_outputs("main"))
+    timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat,
+                              min_repeat_ms=50)
+    res = timer("main")
     return outputs, statistics.median(list(res.results)) * 1e6
 
 

@@ -48,5 +48,11 @@ class WarmBuilder(PyBuilder):
                 results.append(BuilderResult(None, f"build error: {res.value}"))
         return results
 
+    def warm(self) -> None:
+        """Start the build processes now (each imports TVM once), not at the first build."""
+        futures = [self.pool.submit(warm_build_process) for _ in range(self.max_workers)]
+        for f in futures:
+            f.result()
+
     def shutdown(self) -> None:
         self.pool.shutdown()

@@ -73,7 +73,7 @@ class WorkerContext:
         ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                              search_strategy="evolutionary", task_name="warm-up")
         ctx.generate_design_space()
-        self.builder(self.profile(self.config.device_key))
+        self.builder(self.profile(self.config.device_key)).warm()
         log.info("worker %s: warm in %.1f s", self.host, time.monotonic() - t0)
 
 
@@ -119,10 +119,10 @@ def _replace(current: TaskState, **changes: Any) -> TaskState:
     return TaskState.from_json(data)
 
 
-def _best_effort(fn: Any, *args: Any) -> None:
+def _best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
     """Progress writes never fail a round (Redis may be restarting)."""
     try:
-        fn(*args)
+        fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
         log.warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
 
