@@ -60,7 +60,8 @@ def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm
                            subject=str(home),
                            hint="wait for it, or set FARM_HOME to another folder") from e
     log_dir = home / "logs" / str(os.getpid())
-    group = services.ServiceGroup()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    group = services.ServiceGroup(pid_file=log_dir / "pids")
     try:
         redis_svc, url = services.start_redis(home / "redis", log_dir)
         group.add(redis_svc)

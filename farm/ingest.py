@@ -135,6 +135,7 @@ def load(
                               f"{_first_line(e)}", subject=str(path)) from e
         outputs = [o.detach().cpu().numpy() for o in _flatten(torch, out)]
         torch_us = _time_torch(module, args, timing_runs)
+    promote_types(torch, ep)
     mod = _to_relax(ep, path)
     return ModelBundle(name=path.stem, path=str(path), fmt=fmt, mod=mod, inputs=inputs,
                        outputs=outputs, torch_us=torch_us, torch_threads=threads)
@@ -205,6 +206,9 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
             from torch._export.converter import TS2EPConverter
 
             ep = TS2EPConverter(ts, args).convert()
+            # The converter marks dims dynamic and turns shape arithmetic into tensors;
+            # re-exporting with the static inputs specializes them.
+            ep = torch.export.export(ep.module(), args)
         except Exception as e:  # noqa: BLE001
             raise IngestError(f"torch cannot convert this TorchScript to torch.export: "
                               f"{_first_line(e)}", subject=str(path),
@@ -242,6 +246,39 @@ def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:
             shapes = [list(a.shape) for a in args]
             raise UsageError(f"the model does not run on inputs of shape {shapes} (wrong rank or "
                              f"size?): {_first_line(e)}", subject=str(path)) from e
+
+
+_ARITH = {"pow", "div", "mul", "add", "sub", "rsub", "true_divide", "maximum", "minimum",
+          "floor_divide", "remainder", "fmod", "atan2"}
+
+
+def promote_types(torch: Any, ep: Any) -> int:
+    """Make torch's int -> float type promotion explicit in arithmetic (TVM does not promote).
+
+    E.g. `(d // heads) ** 0.5` of a traced model is pow(int64 tensor, 0.5) -> float32 in
+    torch, which TVM refuses ("power only applies to float"). Returns the casts inserted.
+    """
+    graph = ep.graph_module.graph
+    casts = 0
+    for node in list(graph.nodes):
+        packet = getattr(node.target, "_overloadpacket", None)
+        if node.op != "call_function" or packet is None or packet.__name__ not in _ARITH:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+            continue
+        for arg in node.args:
+            aval = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            if isinstance(aval, torch.Tensor) and not aval.dtype.is_floating_point:
+                with graph.inserting_before(node):
+                    cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
+                                               {"dtype": val.dtype})
+                cast.meta["val"] = aval.to(val.dtype)
+                node.replace_input_with(arg, cast)
+                casts += 1
+    if casts:
+        ep.graph_module.recompile()
+    return casts
 
 
 def _to_relax(ep: Any, path: Path) -> Any:

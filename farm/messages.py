@@ -97,6 +97,8 @@ class RoundResult(_Message):
     host: str
     measured: int  # new records this round committed (valid + failed kernels)
     valid: int
+    requested: int = 0  # trials the round asked MetaSchedule for
+    duplicates: int = 0  # candidates measured again that the store already had
     failures: dict[str, int] = field(default_factory=dict)  # class -> count
     device_lost: int = 0
     best_us: float | None = None

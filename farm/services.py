@@ -163,9 +163,13 @@ class ServiceGroup:
     """Services stopped together, last started first."""
 
     services: list[Service] = field(default_factory=list)
+    pid_file: Path | None = None  # where the group lists its PIDs (for operators and tests)
 
     def add(self, svc: Service) -> Service:
         self.services.append(svc)
+        if self.pid_file is not None:
+            with open(self.pid_file, "a") as fh:
+                fh.write(f"{svc.pid} {svc.name}\n")
         return svc
 
     def check_alive(self) -> None:

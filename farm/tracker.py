@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ def phones(addr: str) -> dict[str, KeyInfo]:
 
     host, port = parse_addr(addr)
     try:
+        # TVM's connect_tracker retries for a long time; fail fast when nothing listens.
+        socket.create_connection((host, port), timeout=5).close()
         summary = rpc.connect_tracker(host, port).summary()
     except Exception as e:  # noqa: BLE001 - any failure here means: not reachable
         raise ServiceError(f"cannot reach the TVM RPC tracker: {e}", subject=f"tracker {addr}",

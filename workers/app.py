@@ -101,7 +101,9 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         state = _replace(prior, state="failed", message="job cancelled", **base)
     elif count >= req.target_trials:
         state = _replace(prior, state="done", message=f"{count} trials in store", **base)
-    elif result.measured == 0 and result.device_lost == 0 and not result.skipped:
+    elif (not result.skipped and result.device_lost == 0
+          and result.measured + result.duplicates < result.requested):
+        # MetaSchedule stopped before the trials asked for: no new candidate is left.
         state = _replace(prior, state="exhausted",
                          message=f"search space exhausted after {count} distinct candidates",
                          **base)

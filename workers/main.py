@@ -6,11 +6,11 @@ import logging
 import socket
 import sys
 
+from farm import tracker as tracker_mod
 from farm.config import FarmConfig
 from farm.dispatch import queue_for
 from farm.errors import ServiceError
 from farm.store import open_store
-from farm import tracker as tracker_mod
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from farm import tracker as tracker_mod
 from farm.config import FarmConfig
 from farm.errors import ServiceError, TuneError
 from farm.extract import load_mod
 from farm.messages import RoundRequest, RoundResult
 from farm.profiles import DeviceProfile, resolve_profile
 from farm.store import RecordStore, TaskState
-from farm import tracker as tracker_mod
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
@@ -182,7 +182,8 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
              f"{counters.best_us:.1f}" if counters.best_us else "-")
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
-        host=ctx.host, measured=counters.new, valid=counters.valid,
+        host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
+        duplicates=counters.duplicates,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0,
     )

@@ -1,0 +1,80 @@
+"""The spine, for real: `farm submit` on the embedded default (private Redis, a tracker,
+two emulated phones, a Celery worker process), then the same model again from the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import alive, run_farm, started_pids
+
+pytestmark = pytest.mark.integration
+
+
+def load_log_in_plain_tvm(best_dir: Path, summary: dict) -> int:
+    """Every task's best record, read back with nothing but TVM's own JSONDatabase."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    db = JSONDatabase(work_dir=str(best_dir))
+    records = db.get_all_tuning_records()
+    assert all(r.run_secs is not None and max(float(s) for s in r.run_secs) < 1e9
+               for r in records), "a failed record (1e10) leaked into the best-config log"
+    return len(records)
+
+
+@pytest.fixture(scope="module")
+def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("farm-home")
+    out = tmp_path_factory.mktemp("runs") / "first"
+    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
+                     "--round-trials", "4", "--out", str(out), "--timeout", "1500"], home)
+    return home, out, proc
+
+
+def test_submit_tunes_compiles_and_checks(first_run):
+    home, out, proc = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for field in ("job_id", "model", "device_key", "target", "tasks", "latency_us",
+                  "numerics_ok", "wall_s", "schedules"):
+        assert field in summary
+    assert summary["device_key"] == "cpu-local"
+    tasks = summary["tasks"]
+    assert len(tasks) >= 3
+    for t in tasks:
+        assert t["trials_measured"] + t["trials_from_store"] >= 1, t
+        assert t["best_us"] is not None and t["best_us"] > 0, t
+    assert summary["numerics_ok"] is True
+    lat = summary["latency_us"]
+    assert lat["tuned"] < lat["untuned"], lat
+    assert lat["torch"] > 0
+    assert sorted(summary["schedules"]["from_log"]) == sorted(t["name"] for t in tasks)
+    assert load_log_in_plain_tvm(out / "best", summary) == len(tasks)
+    assert (out / "model.so").stat().st_size > 0
+    assert "speed-up" in proc.stdout
+
+
+def test_embedded_farm_leaves_no_process_behind(first_run):
+    home, _, proc = first_run
+    pids = started_pids(home)
+    names = {name for _, name in pids}
+    assert {"redis", "tracker", "worker"} <= names and sum(n.startswith("phone") for n in names) == 2
+    assert [p for p in pids if alive(p[0])] == []
+
+
+def test_resubmit_measures_nothing(first_run, example_models: Path, tmp_path: Path):
+    home, first_out, first = first_run
+    assert first.returncode == 0
+    out = tmp_path / "again"
+    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
+                     "--out", str(out)], home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(t["trials_measured"] == 0 for t in summary["tasks"])
+    assert all(t["trials_from_store"] >= 4 for t in summary["tasks"])
+    before = {t["workload_key"]: t["best_us"] for t in
+              json.loads((first_out / "summary.json").read_text())["tasks"]}
+    assert {t["workload_key"]: t["best_us"] for t in summary["tasks"]} == before
+    assert summary["numerics_ok"] is True
