@@ -7,15 +7,17 @@ Errors become one line on stderr and the exit code of their class (README:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from farm.errors import EXIT_INTERRUPTED, FarmError
+from farm.errors import EXIT_INTERRUPTED, FarmError, UsageError
 
 
 def _config(args: argparse.Namespace, **flags: Any) -> Any:
@@ -80,23 +82,30 @@ def cmd_phones(args: argparse.Namespace) -> int:
         group.stop()
 
 
-def _store(args: argparse.Namespace) -> Any:
-    from farm.errors import UsageError
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[Any]:
+    """The lab farm's store, or the embedded farm's (its Redis started for this command)."""
+    from farm.embedded import embedded_store_url
     from farm.store import open_store
 
     config = _config(args, broker_url=getattr(args, "broker", None))
-    if not config.store_url:
-        raise UsageError("no farm configured", hint="set FARM_BROKER_URL (or FARM_REDIS_URL)")
-    store = open_store(config.store_url)
-    store.ping()
-    return store
+    with contextlib.ExitStack() as stack:
+        url = config.store_url or stack.enter_context(embedded_store_url(config))
+        store = open_store(url)
+        store.ping()
+        stack.callback(store.close)
+        yield store
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        return _status(args, store)
+
+
+def _status(args: argparse.Namespace, store: Any) -> int:
     from farm.errors import StoreError
     from farm.submit import progress_line
 
-    store = _store(args)
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     out = []
     for job_id in job_ids:
@@ -121,6 +130,46 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"{measured.get(wk, 0):4} trials  best {best:>12}  {s.message}")
     if args.json:
         print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        return _cache(args, store)
+
+
+def _cache(args: argparse.Namespace, store: Any) -> int:
+    from farm import cache
+    from farm.profiles import resolve_profile
+
+    if args.action == "ls":
+        rows = cache.entries(store, args.device_key)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'workload key':26} {'device key':14} {'trials':>6} {'best us':>10}  task")
+        for r in rows:
+            best = f"{r['best_us']:.1f}" if r["best_us"] is not None else "-"
+            print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} {best:>10}  "
+                  f"{r['name']}")
+    elif args.action == "show":
+        if not args.arg:
+            raise UsageError("farm cache show needs a workload key")
+        print(json.dumps(cache.show(store, args.arg), indent=2))
+    elif args.action == "stats":
+        print(json.dumps(cache.stats(store), indent=2))
+    elif args.action == "export":
+        if not args.arg:
+            raise UsageError("farm cache export needs a folder")
+        n = cache.export(store, Path(args.arg), args.device_key)
+        print(f"exported the best record of {n} workloads to {args.arg}/ (MetaSchedule JSONDatabase)")
+    elif args.action == "import":
+        if not args.arg:
+            raise UsageError("farm cache import needs a JSONDatabase folder")
+        config = _config(args)
+        key = args.device_key or config.device_key
+        wls, new = cache.import_log(store, Path(args.arg), resolve_profile(key, config.profiles))
+        print(f"imported {new} new records of {wls} workloads for device key {key}")
     return 0
 
 
@@ -178,6 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.add_argument("--broker")
     st.set_defaults(func=cmd_status)
+
+    c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
+                                     "export DIR, import DIR")
+    c.add_argument("action", choices=["ls", "show", "stats", "export", "import"])
+    c.add_argument("arg", nargs="?", help="workload key (show) or folder (export, import)")
+    c.add_argument("--device-key", help="only this device key (import: the key to file under)")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--broker")
+    c.set_defaults(func=cmd_cache)
     return p
 
 

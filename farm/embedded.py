@@ -47,11 +47,10 @@ def config_env(config: FarmConfig) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm]:
-    home = Path(config.home)
+def _home_lock(home: Path) -> Iterator[Path]:
+    """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
     home.mkdir(parents=True, exist_ok=True)
-    lock_path = home / "embedded.lock"
-    lock = open(lock_path, "w")  # noqa: SIM115 - held for the farm's life
+    lock = open(home / "embedded.lock", "w")  # noqa: SIM115 - held for the farm's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:
@@ -59,8 +58,39 @@ def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm
         raise ServiceError("another embedded farm is running on this FARM_HOME",
                            subject=str(home),
                            hint="wait for it, or set FARM_HOME to another folder") from e
-    log_dir = home / "logs" / str(os.getpid())
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir = home / "logs" / str(os.getpid())
+        log_dir.mkdir(parents=True, exist_ok=True)
+        yield log_dir
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+@contextlib.contextmanager
+def embedded_store_url(config: FarmConfig) -> Iterator[str]:
+    """Only the embedded farm's Redis (for `farm cache`, `farm status` without a lab farm)."""
+    home = Path(config.home)
+    with _home_lock(home) as log_dir:
+        group = services.ServiceGroup(pid_file=log_dir / "pids")
+        try:
+            svc, url = services.start_redis(home / "redis", log_dir)
+            group.add(svc)
+            yield url
+        finally:
+            group.stop()
+
+
+@contextlib.contextmanager
+def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm]:
+    home = Path(config.home)
+    with _home_lock(home) as log_dir, _services(config, home, log_dir, threads) as farm:
+        yield farm
+
+
+@contextlib.contextmanager
+def _services(config: FarmConfig, home: Path, log_dir: Path,
+              threads: int) -> Iterator[EmbeddedFarm]:
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     try:
         redis_svc, url = services.start_redis(home / "redis", log_dir)
@@ -78,5 +108,3 @@ def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm
         yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
     finally:
         group.stop()
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()

@@ -30,7 +30,8 @@ def plan(tasks: list[TuneTask], store: RecordStore, trials_per_task: int,
     out = []
     for task in tasks:
         have = store.record_count(task.workload_key)
-        needed = max(0, trials_per_task - have)
+        # An exhausted search space has nothing new to measure, whatever the budget.
+        needed = 0 if store.exhausted(task.workload_key) else max(0, trials_per_task - have)
         rounds = math.ceil(needed / round_trials) if needed else 0
         out.append(TaskPlan(task=task, in_store=have, needed=needed,
                             max_rounds=2 * rounds + 2 if rounds else 0))

@@ -104,6 +104,7 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     elif (not result.skipped and result.device_lost == 0
           and result.measured + result.duplicates < result.requested):
         # MetaSchedule stopped before the trials asked for: no new candidate is left.
+        _best_effort(store.mark_exhausted, req.workload_key, count)
         state = _replace(prior, state="exhausted",
                          message=f"search space exhausted after {count} distinct candidates",
                          **base)

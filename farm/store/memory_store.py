@@ -20,6 +20,7 @@ class MemoryStore(RecordStore):
         self._measured: dict[str, dict[str, int]] = {}
         self._status: dict[str, dict[str, str]] = {}
         self._flags: dict[str, float | None] = {}
+        self._exhausted: dict[str, int] = {}
 
     def ping(self) -> None:
         return None
@@ -62,6 +63,12 @@ class MemoryStore(RecordStore):
 
     def best(self, wk: str) -> StoredRecord | None:
         return self._best.get(wk)
+
+    def mark_exhausted(self, wk: str, count: int) -> None:
+        self._exhausted[wk] = count
+
+    def exhausted(self, wk: str) -> bool:
+        return wk in self._exhausted
 
     def put_job(self, spec: JobSpec) -> None:
         self._jobs[spec.job_id] = spec

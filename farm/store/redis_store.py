@@ -106,6 +106,12 @@ class RedisStore(RecordStore):
         raw = self.r.hget(keys.best(wk), "record")
         return None if raw is None else parse_record(raw, keys.best(wk))
 
+    def mark_exhausted(self, wk: str, count: int) -> None:
+        self.r.hset(keys.workload(wk), "exhausted_at", str(count))
+
+    def exhausted(self, wk: str) -> bool:
+        return self.r.hget(keys.workload(wk), "exhausted_at") is not None
+
     # --- jobs ----------------------------------------------------------------
     def put_job(self, spec: JobSpec) -> None:
         self.r.set(keys.job(spec.job_id), spec.dumps())

@@ -116,6 +116,14 @@ class RecordStore(ABC):
     @abstractmethod
     def best(self, wk: str) -> StoredRecord | None: ...
 
+    @abstractmethod
+    def mark_exhausted(self, wk: str, count: int) -> None:
+        """Remember that the search space of `wk` has no more than `count` distinct candidates."""
+
+    @abstractmethod
+    def exhausted(self, wk: str) -> bool:
+        """True when every candidate MetaSchedule can generate for `wk` is in the store."""
+
     # --- jobs -------------------------------------------------------------
     @abstractmethod
     def put_job(self, spec: JobSpec) -> None: ...

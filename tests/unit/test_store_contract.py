@@ -96,3 +96,9 @@ def test_is_better_and_candidate_hash():
     assert not is_better(None, None)
     assert candidate_hash([{"a": 1}, [1.0]]) == candidate_hash([{"a": 1}, [2.0]])
     assert candidate_hash([{"a": 1}]) != candidate_hash([{"a": 2}])
+
+
+def test_exhausted_flag(store):
+    assert not store.exhausted("wk")
+    store.mark_exhausted("wk", 1)
+    assert store.exhausted("wk")
