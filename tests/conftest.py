@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,6 @@ def example_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example models (CNN, mobile block, transformer block) as .pt2 and .pt."""
     out = tmp_path_factory.mktemp("models")
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([shutil.which("python") or "python", str(root / "examples" / "make_models.py"),
+    subprocess.run([sys.executable, str(root / "examples" / "make_models.py"),
                     str(out)], check=True, capture_output=True)
     return out
