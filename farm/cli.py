@@ -35,6 +35,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         model=Path(args.model), out=Path(args.out), trials_per_task=args.trials_per_task,
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
+        wait_for_devices_s=args.wait_for_devices or 0.0,
     )
     summary = submit(opts, config, report=lambda line: print(line, file=sys.stderr, flush=True))
     if "tasks" not in summary:
@@ -173,6 +174,59 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    """A whole lab farm as local processes in the foreground: Redis (AOF), Flower, a tracker,
+    emulated phones and a worker. Ctrl-C stops them all."""
+    import os
+
+    from farm import services
+    from farm.tracker import wait_for_phones
+
+    args.redis_password = args.redis_password or os.environ.get("FARM_REDIS_PASSWORD") or None
+    args.flower_auth = args.flower_auth or os.environ.get("FARM_FLOWER_AUTH") or None
+    config = _config(args)
+    home = Path(config.home)
+    log_dir = home / "up-logs"
+    group = services.ServiceGroup(pid_file=None)
+    try:
+        redis_svc, url = services.start_redis(home / "up-redis", log_dir, port=args.redis_port,
+                                              host=args.bind, password=args.redis_password)
+        group.add(redis_svc)
+        flower_argv = [sys.executable, "-m", "celery", "--broker", url, "flower",
+                       f"--address={args.bind}", f"--port={args.flower_port}"]
+        if args.flower_auth:
+            flower_argv.append(f"--basic-auth={args.flower_auth}")
+        group.add(services.start("flower", flower_argv, log_dir))
+        tracker_svc, tracker = services.start_tracker(log_dir, port=args.tracker_port)
+        group.add(tracker_svc)
+        for i in range(args.phones):
+            group.add(services.start_phone(tracker, args.key, i, log_dir))
+        wait_for_phones(tracker, args.key, args.phones, timeout_s=60)
+        group.add(services.start_worker(tracker, url, log_dir))
+        shown = url.replace(f":{args.redis_password}@", ":***@") if args.redis_password else url
+        print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
+              f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
+              f"submit with: FARM_BROKER_URL={shown} farm submit MODEL --out DIR "
+              f"--tracker {tracker}\nCtrl-C stops everything.", file=sys.stderr, flush=True)
+        while True:
+            group.check_alive()
+            time.sleep(1)
+    finally:
+        group.stop()
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from farm import hosts
+
+    with _store(args) as store:
+        found = hosts.list_hosts(store.r)
+        if args.json:
+            print(json.dumps([h.to_json() for h in found], indent=2))
+        else:
+            print(hosts.format_hosts(found))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="farm", description="tunefarm: a distributed auto-tuning farm")
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -196,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace a non-empty --out")
     s.add_argument("--no-wait", action="store_true", help="lab mode: return after submitting")
     s.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+    s.add_argument("--wait-for-devices", type=float, metavar="SECONDS",
+                   help="lab mode: wait this long for a host with phones of the key "
+                        "(default: fail at once)")
     s.set_defaults(func=cmd_submit)
 
     w = sub.add_parser("worker", help="run a worker host bound to one tracker")
@@ -236,6 +293,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     c.add_argument("--broker")
     c.set_defaults(func=cmd_cache)
+
+    u = sub.add_parser("up", help="a whole farm as local processes: redis, flower, tracker, "
+                                  "phones, worker (foreground; Ctrl-C stops all)")
+    u.add_argument("--bind", default="127.0.0.1", help="address Redis and Flower bind to")
+    u.add_argument("--redis-port", type=int, default=6379)
+    u.add_argument("--redis-password", default=None, help="default: $FARM_REDIS_PASSWORD")
+    u.add_argument("--flower-port", type=int, default=5555)
+    u.add_argument("--flower-auth", default=None, help="user:password (default $FARM_FLOWER_AUTH)")
+    u.add_argument("--tracker-port", type=int, default=9190)
+    u.add_argument("--phones", type=int, default=2)
+    u.add_argument("--key", default="cpu-local")
+    u.set_defaults(func=cmd_up)
+
+    d = sub.add_parser("devices", help="worker hosts, their trackers, device keys and phones")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--broker")
+    d.set_defaults(func=cmd_devices)
     return p
 
 

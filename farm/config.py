@@ -33,7 +33,8 @@ class FarmConfig:
     device_wait_s: float = 300.0  # how long a round waits for a phone of its key
     round_timeout_s: float = 1800.0  # broker visibility timeout: sized to a round, not to a job
     worker_concurrency: int = 1
-    builder_workers: int = 1
+    # build processes; a round builds, then measures, so builds may use every core
+    builder_workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     builder_max_uses: int = 64  # a warm build process is recycled after this many builds
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -5,6 +5,8 @@ Records never expire; job state is kept for `JOB_TTL_S` after the job ends.
 
 from __future__ import annotations
 
+import os
+
 PREFIX = "tunefarm"
 JOB_TTL_S = 30 * 24 * 3600
 
@@ -68,3 +70,17 @@ def round_next(round_id: str) -> str:
 def jobs_index() -> str:
     """Sorted set: job ids by creation time."""
     return key_for("jobs")
+
+
+# --- worker hosts ------------------------------------------------------------
+# a host whose heartbeat is older than this has left the farm
+HOST_TTL_S = int(os.environ.get("FARM_HOST_TTL_S", "30"))
+
+
+def host(name: str) -> str:
+    """String: the host's heartbeat JSON (tracker, keys, phone counts); expires after HOST_TTL_S."""
+    return key_for("host", name)
+
+
+def host_pattern() -> str:
+    return key_for("host", "*")

@@ -104,6 +104,7 @@ class RoundResult(_Message):
     best_us: float | None = None
     wall_s: float = 0.0
     skipped: bool = False  # a redelivered round that had already run
+    single_schedule: bool = False  # the workload has exactly one possible schedule
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from farm import ingest as ingest_stage
 from farm import plan as plan_stage
 from farm.config import FarmConfig
 from farm.dispatch import make_app, send_round
-from farm.errors import TuneError, UsageError
+from farm.errors import ServiceError, TuneError, UsageError
 from farm.messages import JobSpec, RoundRequest
 from farm.profiles import resolve_profile
 from farm.store import RecordStore, TaskState, open_store
@@ -45,6 +45,7 @@ class SubmitOptions:
     wait: bool = True
     timeout_s: float | None = None  # None: wait as long as the job runs
     tracker: str | None = None  # lab mode: where to run the compiled model (None: this CPU)
+    wait_for_devices_s: float = 0.0  # lab mode: wait for a host with phones of the key
 
 
 @dataclass
@@ -67,11 +68,13 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def connect(config: FarmConfig, tracker: str | None = None) -> Iterator[Farm]:
+def connect(config: FarmConfig, tracker: str | None = None,
+            wait_s: float = 0.0) -> Iterator[Farm]:
     """The farm to submit to: the lab farm at config.broker_url, or an embedded one."""
     if config.broker_url:
         store = open_store(config.store_url)
         store.ping()
+        wait_for_devices(store, config.device_key, wait_s)
         yield Farm(store=store, app=make_app(config), tracker=tracker,
                    check_alive=lambda: None, embedded=False)
         store.close()
@@ -88,6 +91,25 @@ def connect(config: FarmConfig, tracker: str | None = None) -> Iterator[Farm]:
                        check_alive=farm.group.check_alive, embedded=True)
         finally:
             store.close()
+
+
+def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
+    """Fail fast (or wait `wait_s`) when no worker host has phones of `device_key`."""
+    from farm import hosts
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = hosts.list_hosts(store.r)  # type: ignore[attr-defined]
+        if any(h.phones.get(device_key, {}).get("total", 0) > 0 for h in found):
+            return
+        if time.monotonic() >= deadline:
+            have = sorted({k for h in found for k in h.phones}) or ["none"]
+            raise ServiceError(f"no worker host has phones of key {device_key!r} "
+                               f"(keys on the farm: {', '.join(have)})",
+                               subject=f"device key {device_key}",
+                               hint="start a worker whose tracker has such phones, or pass "
+                                    "--wait-for-devices SECONDS")
+        time.sleep(2)
 
 
 def new_job_id() -> str:
@@ -115,7 +137,7 @@ def submit(opts: SubmitOptions, config: FarmConfig,
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
-        with connect(config, opts.tracker) as farm:
+        with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
             # 3. plan: the store says what is already tuned.
             plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
             job_id = new_job_id()

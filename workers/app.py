@@ -24,10 +24,11 @@ log = logging.getLogger(__name__)
 _PROCESS: dict[str, Any] = {}
 
 
-def build_app(config: FarmConfig, tracker: str) -> Any:
+def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
     app = make_app(config)
     _PROCESS["config"] = config
     _PROCESS["tracker"] = tracker
+    _PROCESS["node"] = node
     _PROCESS["app"] = app
     app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)(tune_round)
     return app
@@ -37,7 +38,8 @@ def build_app(config: FarmConfig, tracker: str) -> Any:
 def _warm_process(**_: Any) -> None:
     if "config" not in _PROCESS:
         return
-    ctx = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"])
+    ctx = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"],
+                        host=_PROCESS["node"])
     _PROCESS["ctx"] = ctx
     _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
     try:
@@ -48,7 +50,8 @@ def _warm_process(**_: Any) -> None:
 
 def _context() -> tuple[WorkerContext, RecordStore]:
     if "ctx" not in _PROCESS:  # solo pool or a missed signal
-        _PROCESS["ctx"] = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"])
+        _PROCESS["ctx"] = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"],
+                                        host=_PROCESS["node"])
         _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
     return _PROCESS["ctx"], _PROCESS["store"]
 
@@ -101,6 +104,10 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         state = _replace(prior, state="failed", message="job cancelled", **base)
     elif count >= req.target_trials:
         state = _replace(prior, state="done", message=f"{count} trials in store", **base)
+    elif result.single_schedule and result.device_lost == 0 and count >= 1:
+        _best_effort(store.mark_exhausted, req.workload_key, count)
+        state = _replace(prior, state="exhausted",
+                         message="one possible schedule: measured once", **base)
     elif (not result.skipped and result.device_lost == 0
           and result.measured + result.duplicates < result.requested):
         # MetaSchedule stopped before the trials asked for: no new candidate is left.

@@ -23,20 +23,31 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                            hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
     open_store(config.store_url).ping()
     found = tracker_mod.phones(tracker)  # raises with the address and how to check it
+    explicit_keys = bool(keys)
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
     if not keys:
         raise ServiceError("the tracker has no phones registered, so this host has no device key "
                            "to serve", subject=f"tracker {tracker}",
                            hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
     from workers.app import build_app
+    from workers.heartbeat import Heartbeat
 
-    app = build_app(config, tracker)
     name = hostname or f"farm@{socket.gethostname()}"
+    app = build_app(config, tracker, name)
+    queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
-    argv = ["worker", "-Q", ",".join(queue_for(k) for k in keys),
+    beat = Heartbeat(app, config.store_url, name, tracker, queues,  # type: ignore[arg-type]
+                     follow_tracker=not explicit_keys)
+    beat.beat()
+    beat.start()
+    argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
             "-E", "-P", pool, "--without-mingle", "--without-gossip"]
-    app.worker_main(argv=argv)
+    try:
+        app.worker_main(argv=argv)
+    finally:
+        beat.stop()
+        beat.join(timeout=10)
     return 0
 
 

@@ -89,6 +89,23 @@ def _tiny_workload() -> Any:
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def has_single_schedule(mod: Any, target: Any) -> bool:
+    """True when MetaSchedule's design space for `mod` is one schedule with no sampled decision
+    (reshapes and the like): there is exactly one candidate to measure."""
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             task_name="space")
+        spaces = ctx.generate_design_space()
+    except Exception as e:  # noqa: BLE001 - then tune it normally
+        log.warning("design space of a workload could not be generated: %s", e)
+        return False
+    if len(spaces) != 1:
+        return False
+    return not any(inst.kind.name.startswith("Sample") for inst in spaces[0].trace.insts)
+
+
 def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
                    state: TaskState) -> int:
     """Phones of the request's key on this host's tracker; waits (bounded) when there are none."""
@@ -156,6 +173,9 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
 
     mod = load_mod(task)
     target = tvm.target.Target(task.target)
+    single = has_single_schedule(mod, target)
+    if single:
+        trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
     counters = RoundCounters()
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
@@ -183,7 +203,7 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
-        duplicates=counters.duplicates,
+        duplicates=counters.duplicates, single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0,
     )

@@ -1,0 +1,148 @@
+"""Lab mode on one machine: one Redis, two worker hosts, each with its own tracker and phones.
+
+Host 1's tracker has phones of keys `cpu-local` and `a`; host 2's of `cpu-local` and `b`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from farm import services
+from farm.store import open_store
+from tests.helpers import run_farm
+
+pytestmark = pytest.mark.integration
+
+HOST1, HOST2 = "farm@host1", "farm@host2"
+
+
+@pytest.fixture(scope="module")
+def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
+    redis.Redis.from_url(redis_url).flushdb()
+    logs = tmp_path_factory.mktemp("lab-logs")
+    group = services.ServiceGroup()
+    env = {"FARM_HOST_TTL_S": "6", "FARM_ROUND_TRIALS": "2"}
+    try:
+        trackers = {}
+        for host, keys in ((HOST1, ["cpu-local", "a"]), (HOST2, ["cpu-local", "b"])):
+            svc, addr = services.start_tracker(logs)
+            group.add(svc)
+            for i, key in enumerate(keys):
+                group.add(services.start_phone(addr, key, i, logs / host))
+            from farm.tracker import wait_for_phones
+
+            for key in keys:
+                wait_for_phones(addr, key, 1, timeout_s=60)
+            trackers[host] = addr
+        workers = {}
+        for host, addr in trackers.items():
+            workers[host] = group.add(services.start_worker(
+                addr, redis_url, logs, name=host.split("@")[1], extra=["--hostname", host],
+                env={**env}))
+        os.environ["FARM_HOST_TTL_S"] = "6"
+        yield {"redis": redis_url, "trackers": trackers, "workers": workers, "logs": logs,
+               "group": group, "env": {"FARM_BROKER_URL": redis_url, **env}}
+    finally:
+        os.environ.pop("FARM_HOST_TTL_S", None)
+        group.stop()
+
+
+def devices(lab, home: Path) -> list[dict]:
+    proc = run_farm(["devices", "--json"], home, env=lab["env"], timeout_s=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_devices(lab, home: Path, want: set[str], timeout_s: float = 90) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = devices(lab, home)
+        if {h["name"] for h in found} == want:
+            return found
+        for w in lab["workers"].values():
+            assert w.alive() or w.name not in want, w.log_tail()
+        time.sleep(1)
+    raise AssertionError(f"hosts {want} not listed; have {devices(lab, home)}")
+
+
+def hosts_of_records(redis_url: str, summary: dict) -> dict[str, set[str]]:
+    store = open_store(redis_url)
+    return {t["name"]: {r.host for r in store.records(t["workload_key"])}
+            for t in summary["tasks"]}
+
+
+def test_devices_lists_both_hosts(lab, tmp_path):
+    found = wait_devices(lab, tmp_path, {HOST1, HOST2})
+    by_name = {h["name"]: h for h in found}
+    assert by_name[HOST1]["tracker"] == lab["trackers"][HOST1]
+    assert {k: v["total"] for k, v in by_name[HOST1]["phones"].items()} == {"cpu-local": 1, "a": 1}
+    assert {k: v["total"] for k, v in by_name[HOST2]["phones"].items()} == {"cpu-local": 1, "b": 1}
+    assert sorted(by_name[HOST2]["queues"]) == ["tune.b", "tune.cpu-local"]
+
+
+def test_one_job_spreads_over_both_hosts(lab, example_models, tmp_path):
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    out = tmp_path / "spread"
+    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
+                     "--out", str(out), "--tracker", lab["trackers"][HOST1], "--timeout", "900"],
+                    tmp_path, env=lab["env"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    by_task = hosts_of_records(lab["redis"], summary)
+    all_hosts = set().union(*by_task.values())
+    assert all_hosts == {HOST1, HOST2}, by_task
+    assert all(t["best_us"] is not None for t in summary["tasks"])
+    assert summary["numerics_ok"]
+
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    assert len(JSONDatabase(work_dir=str(out / "best")).get_all_tuning_records()) == \
+        len(summary["tasks"])
+
+
+def test_a_key_only_runs_on_hosts_that_have_it(lab, tmp_path):
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    model = tmp_path / "tiny.pt2"
+    torch.export.save(torch.export.export(Tiny().eval(), (torch.randn(4, 32),)), model)
+    out = tmp_path / "b"
+    proc = run_farm(["submit", str(model), "--trials-per-task", "2", "--device-key", "b",
+                     "--out", str(out), "--tracker", lab["trackers"][HOST2], "--timeout", "600"],
+                    tmp_path, env=lab["env"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    by_task = hosts_of_records(lab["redis"], summary)
+    assert set().union(*by_task.values()) == {HOST2}, by_task
+
+
+def test_a_key_no_host_has_fails_fast(lab, example_models, tmp_path):
+    t0 = time.monotonic()
+    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--device-key", "ghost",
+                     "--out", str(tmp_path / "ghost")], tmp_path, env=lab["env"], timeout_s=300)
+    assert proc.returncode == 5, proc.stderr
+    assert "no worker host has phones of key 'ghost'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - t0 < 120
+
+
+def test_a_killed_host_disappears_after_its_heartbeat_expires(lab, tmp_path):
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    lab["workers"][HOST2].signal(signal.SIGKILL)
+    wait_devices(lab, tmp_path, {HOST1}, timeout_s=60)
+
+

@@ -1,0 +1,80 @@
+"""A worker host's heartbeat, and queue subscriptions that follow the phones on its tracker.
+
+Runs as a thread of the worker's main process: every `interval_s` it reads the
+tracker, publishes a `HostBeat` (expiring after keys.HOST_TTL_S), and when phones
+of a new key appear, or the last phone of a key leaves, it adds or cancels that
+key's queue with Celery's add_consumer / cancel_consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import redis
+
+from farm import hosts, keys
+from farm import tracker as tracker_mod
+from farm.dispatch import queue_for
+from farm.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    def __init__(self, app: Any, store_url: str, name: str, tracker: str, queues: set[str],
+                 follow_tracker: bool, interval_s: float | None = None) -> None:
+        super().__init__(name=f"heartbeat-{name}", daemon=True)
+        self.app = app
+        self.client = redis.Redis.from_url(store_url, decode_responses=True,
+                                           socket_connect_timeout=5, socket_timeout=10)
+        self.node = name
+        self.tracker = tracker
+        self.queues = set(queues)
+        self.follow = follow_tracker
+        self.interval_s = interval_s if interval_s is not None else max(1.0, keys.HOST_TTL_S / 3)
+        self.started_at = time.time()
+        self.stopping = threading.Event()
+
+    def beat(self) -> None:
+        try:
+            found = tracker_mod.phones(self.tracker)
+        except ServiceError as e:
+            log.warning("worker %s: tracker %s unreachable: %s", self.node, self.tracker, e)
+            found = {}
+        phones = {k: {"total": v.total, "free": v.free, "busy": max(0, v.total - v.free)}
+                  for k, v in found.items()}
+        if self.follow:
+            self._follow({k for k, v in found.items() if v.total > 0})
+        hosts.publish(self.client, hosts.HostBeat(
+            name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
+            pid=os.getpid(), started_at=self.started_at, beat_at=time.time()))
+
+    def _follow(self, keys_now: set[str]) -> None:
+        wanted = {queue_for(k) for k in keys_now}
+        for q in sorted(wanted - self.queues):
+            log.info("worker %s: phones of a new key appeared: consuming %s", self.node, q)
+            self.app.control.add_consumer(q, destination=[self.node], reply=False)
+            self.queues.add(q)
+        for q in sorted(self.queues - wanted):
+            log.info("worker %s: no phone left for %s: cancelling it", self.node, q)
+            self.app.control.cancel_consumer(q, destination=[self.node], reply=False)
+            self.queues.discard(q)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.beat()
+            except Exception as e:  # noqa: BLE001 - a heartbeat never kills the worker
+                log.warning("worker %s: heartbeat failed (will retry): %s", self.node, e)
+            self.stopping.wait(self.interval_s)
+        try:
+            hosts.remove(self.client, self.node)
+        except redis.RedisError:
+            pass
+
+    def stop(self) -> None:
+        self.stopping.set()
