@@ -192,11 +192,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         redis_svc, url = services.start_redis(home / "up-redis", log_dir, port=args.redis_port,
                                               host=args.bind, password=args.redis_password)
         group.add(redis_svc)
-        flower_argv = [sys.executable, "-m", "celery", "--broker", url, "flower",
-                       f"--address={args.bind}", f"--port={args.flower_port}"]
-        if args.flower_auth:
-            flower_argv.append(f"--basic-auth={args.flower_auth}")
-        group.add(services.start("flower", flower_argv, log_dir))
+        group.add(services.start("flower", flower_argv(url, args.bind, args.flower_port,
+                                                       args.flower_auth), log_dir))
         tracker_svc, tracker = services.start_tracker(log_dir, port=args.tracker_port)
         group.add(tracker_svc)
         for i in range(args.phones):
@@ -213,6 +210,31 @@ def cmd_up(args: argparse.Namespace) -> int:
             time.sleep(1)
     finally:
         group.stop()
+
+
+def flower_argv(broker_url: str, address: str, port: int, auth: str | None) -> list[str]:
+    argv = [sys.executable, "-m", "celery", "--broker", broker_url, "flower",
+            f"--address={address}", f"--port={port}", "--persistent=False"]
+    if auth:
+        argv.append(f"--basic-auth={auth}")
+    return argv
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower on the farm's broker, loopback unless told otherwise, basic auth from
+    $FARM_FLOWER_AUTH. Workers send task events (`-E`), so rounds show as they run."""
+    import os
+
+    config = _config(args, broker_url=args.broker)
+    if not config.broker_url:
+        raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
+    auth = args.auth or os.environ.get("FARM_FLOWER_AUTH") or None
+    if auth is None and args.address not in ("127.0.0.1", "localhost", "::1"):
+        raise UsageError(f"Flower on {args.address} without basic auth",
+                         hint="set FARM_FLOWER_AUTH=user:password")
+    argv = flower_argv(config.broker_url, args.address, args.port, auth)
+    os.execv(argv[0], argv)
+    return 0  # pragma: no cover
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -305,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--phones", type=int, default=2)
     u.add_argument("--key", default="cpu-local")
     u.set_defaults(func=cmd_up)
+
+    f = sub.add_parser("flower", help="Flower on the farm's broker (rounds, progress, workers)")
+    f.add_argument("--address", default="127.0.0.1")
+    f.add_argument("--port", type=int, default=5555)
+    f.add_argument("--auth", help="user:password (default $FARM_FLOWER_AUTH)")
+    f.add_argument("--broker")
+    f.set_defaults(func=cmd_flower)
 
     d = sub.add_parser("devices", help="worker hosts, their trackers, device keys and phones")
     d.add_argument("--json", action="store_true")

@@ -174,7 +174,9 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                     raise UsageError("--no-wait needs a running farm (set FARM_BROKER_URL)")
                 return {"job_id": job_id, "state": "submitted"}
             # 5. wait for the workers (the store is the truth, not a chord callback).
+            t_tune = time.monotonic()
             wait_for_job(farm, job, report, opts.timeout_s)
+            tuning_s = time.monotonic() - t_tune
             # 6. finalize: the best record per workload -> one JSONDatabase.
             bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best")
             farm.store.set_job_status(job_id, state="finalized", finalized_at=str(time.time()))
@@ -191,6 +193,7 @@ def submit(opts: SubmitOptions, config: FarmConfig,
             )
         summary = make_summary(job, bundle, plans, states, measured, bests, result, profile,
                                time.monotonic() - t0)
+        summary["tuning_s"] = round(tuning_s, 1)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
         if opts.out.exists():
             shutil.rmtree(opts.out)

@@ -5,10 +5,14 @@ Host 1's tracker has phones of keys `cpu-local` and `a`; host 2's of `cpu-local`
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -46,9 +50,14 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
             workers[host] = group.add(services.start_worker(
                 addr, redis_url, logs, name=host.split("@")[1], extra=["--hostname", host],
                 env={**env}))
+        flower_port = services.free_port()
+        group.add(services.start("flower", [sys.executable, "-m", "farm.cli", "flower",
+                                            "--broker", redis_url, "--port", str(flower_port),
+                                            "--auth", "lab:secret"], logs))
         os.environ["FARM_HOST_TTL_S"] = "6"
         yield {"redis": redis_url, "trackers": trackers, "workers": workers, "logs": logs,
-               "group": group, "env": {"FARM_BROKER_URL": redis_url, **env}}
+               "group": group, "env": {"FARM_BROKER_URL": redis_url, **env},
+               "flower": f"http://127.0.0.1:{flower_port}"}
     finally:
         os.environ.pop("FARM_HOST_TTL_S", None)
         group.stop()
@@ -105,6 +114,35 @@ def test_one_job_spreads_over_both_hosts(lab, example_models, tmp_path):
 
     assert len(JSONDatabase(work_dir=str(out / "best")).get_all_tuning_records()) == \
         len(summary["tasks"])
+
+
+def flower_tasks(lab) -> dict:
+    req = urllib.request.Request(f"{lab['flower']}/api/tasks")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"lab:secret").decode())
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_flower_shows_the_rounds_by_name(lab):
+    deadline = time.monotonic() + 30
+    rounds = {}
+    while time.monotonic() < deadline:
+        tasks = flower_tasks(lab)
+        rounds = {k: v for k, v in tasks.items() if str(v.get("name", "")).startswith("resnet:")}
+        if rounds:
+            break
+        time.sleep(1)
+    assert rounds, "Flower lists no round of the resnet job"
+    some = next(iter(rounds.values()))
+    assert "round" in some["name"] and "[cpu-local]" in some["name"]
+    assert {v.get("worker") for v in rounds.values()} & {HOST1, HOST2}
+    assert any(v.get("state") == "SUCCESS" for v in rounds.values())
+    unauth = urllib.request.Request(f"{lab['flower']}/api/tasks")
+    try:
+        urllib.request.urlopen(unauth, timeout=10)
+        raise AssertionError("Flower answered without basic auth")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
 
 
 def test_a_key_only_runs_on_hosts_that_have_it(lab, tmp_path):
