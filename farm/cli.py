@@ -134,6 +134,42 @@ def _status(args: argparse.Namespace, store: Any) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from farm.doctor import run_checks
+
+    config = _config(args, broker_url=args.broker)
+    checks = run_checks(config, args.tracker, args.device_key or config.device_key)
+    for c in checks:
+        mark = "pass" if c.ok else "FAIL"
+        print(f"[{mark}] {c.name}: {c.detail}" + ("" if c.ok else f"\n       fix: {c.fix}"))
+    return 0 if all(c.ok for c in checks) else 5
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from farm.errors import StoreError
+
+    with _store(args) as store:
+        if store.get_job(args.job) is None:
+            raise StoreError("no such job", subject=f"job {args.job}", hint="`farm status` lists jobs")
+        store.set_job_status(args.job, state="cancelled", cancelled_at=str(time.time()))
+    print(f"job {args.job}: cancelled; rounds not yet started will not run")
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from farm.errors import StoreError
+    from farm.submit import Farm, wait_for_job
+
+    with _store(args) as store:
+        job = store.get_job(args.job)
+        if job is None:
+            raise StoreError("no such job", subject=f"job {args.job}", hint="`farm status` lists jobs")
+        farm = Farm(store=store, app=None, tracker=None, check_alive=lambda: None, embedded=False)
+        wait_for_job(farm, job, lambda line: print(line, file=sys.stderr, flush=True),
+                     args.timeout)
+        return _status(argparse.Namespace(job=args.job, json=False), store)
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     with _store(args) as store:
         return _cache(args, store)
@@ -306,6 +342,23 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.add_argument("--broker")
     st.set_defaults(func=cmd_status)
+
+    dr = sub.add_parser("doctor", help="check tools, Redis, tracker, phones; print the fix for each")
+    dr.add_argument("--device-key")
+    dr.add_argument("--tracker", help="HOST:PORT to check phones and run a kernel on")
+    dr.add_argument("--broker")
+    dr.set_defaults(func=cmd_doctor)
+
+    ca = sub.add_parser("cancel", help="cancel a job: its rounds not yet started do not run")
+    ca.add_argument("job")
+    ca.add_argument("--broker")
+    ca.set_defaults(func=cmd_cancel)
+
+    wt = sub.add_parser("wait", help="wait for a job (e.g. after the submitting client died)")
+    wt.add_argument("job")
+    wt.add_argument("--timeout", type=float)
+    wt.add_argument("--broker")
+    wt.set_defaults(func=cmd_wait)
 
     c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
                                      "export DIR, import DIR")

@@ -84,3 +84,8 @@ def host(name: str) -> str:
 
 def host_pattern() -> str:
     return key_for("host", "*")
+
+
+def lease(wk: str) -> str:
+    """String: the job tuning this workload now (expires, so a dead holder cannot block)."""
+    return key_for("wl", wk, "lease")

@@ -17,7 +17,7 @@ from farm.dispatch import ROUND_TASK, make_app, send_round
 from farm.errors import FarmError
 from farm.messages import RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
-from workers.measure import WorkerContext, _best_effort, _replace, run_round
+from workers.measure import LeaseBusy, WorkerContext, _best_effort, _replace, run_round
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,11 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
     try:
         result = run_round(ctx, store, req, on_progress=progress)
+    except LeaseBusy as e:
+        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+        _best_effort(store.set_task_state, req.job_id, req.workload_key,
+                     _replace(prior, state="waiting", message=str(e)))
+        raise self.retry(countdown=3, max_retries=None) from e
     except FarmError as e:
         log.error("round %s of %s on %s failed: %s", req.round_index + 1, req.task_name,
                   ctx.host, e)

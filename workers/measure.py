@@ -28,6 +28,14 @@ log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
 
 
+class LeaseBusy(Exception):
+    """Another job is tuning this workload right now; the round should wait for it."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"job {holder} is tuning this workload; waiting for it")
+        self.holder = holder
+
+
 @dataclass
 class WorkerContext:
     """What a worker process keeps warm for its whole life (built once, reused every round)."""
@@ -146,25 +154,41 @@ def _best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
 
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
               on_progress: Any = None) -> RoundResult:
-    """Measure up to `req.trials` new candidates of one workload on this host's phones."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
+    """Measure up to `req.trials` new candidates of one workload on this host's phones.
 
-    from workers.callback import RoundCounters, StoreCallback
-    from workers.database import StoreDatabase
-
+    Raises LeaseBusy when another job holds the workload's lease (it is tuning it now)."""
     t0 = time.monotonic()
     task = store.get_workload(req.workload_key)
     if task is None:
         raise TuneError("the workload is not in the store", subject=f"workload {req.workload_key}",
                         hint="resubmit the job: its plan was lost")
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+    if store.job_status(req.job_id).get("state") == "cancelled":
+        raise TuneError("the job was cancelled", subject=f"job {req.job_id}")
     missing = req.target_trials - store.record_count(req.workload_key)
     trials = min(req.trials, missing)
     if trials <= 0:
         return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
                            round_index=req.round_index, host=ctx.host, measured=0, valid=0,
                            wall_s=time.monotonic() - t0, skipped=True)
+    holder = store.acquire_lease(req.workload_key, req.job_id, ctx.config.round_timeout_s)
+    if holder is not None:
+        raise LeaseBusy(holder)
+    try:
+        return _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
+    finally:
+        _best_effort(store.release_lease, req.workload_key, req.job_id)
+
+
+def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
+          prior: TaskState, trials: int, missing: int, on_progress: Any,
+          t0: float) -> RoundResult:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from workers.callback import RoundCounters, StoreCallback
+    from workers.database import StoreDatabase
+
     profile = ctx.profile(req.device_key)
     phones = wait_for_phone(ctx, store, req, prior)
     state = _replace(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,

@@ -21,6 +21,7 @@ class MemoryStore(RecordStore):
         self._status: dict[str, dict[str, str]] = {}
         self._flags: dict[str, float | None] = {}
         self._exhausted: dict[str, int] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
 
     def ping(self) -> None:
         return None
@@ -95,6 +96,20 @@ class MemoryStore(RecordStore):
 
     def job_status(self, job_id: str) -> dict[str, str]:
         return dict(self._status.get(job_id, {}))
+
+    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+        with self._lock:
+            now = time.time()
+            holder, expiry = self._leases.get(wk, (None, 0.0))
+            if holder is not None and holder != owner and expiry > now:
+                return holder
+            self._leases[wk] = (owner, now + ttl_s)
+            return None
+
+    def release_lease(self, wk: str, owner: str) -> None:
+        with self._lock:
+            if self._leases.get(wk, (None, 0.0))[0] == owner:
+                del self._leases[wk]
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         with self._lock:

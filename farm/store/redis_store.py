@@ -14,6 +14,7 @@ from farm.messages import JobSpec, TuneTask
 from farm.store.store import RecordStore, StoredRecord, TaskState, parse_record
 
 _KEEP_BEST = (Path(__file__).with_name("keep_best.lua")).read_text()
+_RELEASE_LEASE = (Path(__file__).with_name("release_lease.lua")).read_text()
 
 
 def redact(url: str) -> str:
@@ -144,6 +145,20 @@ class RedisStore(RecordStore):
 
     def job_status(self, job_id: str) -> dict[str, str]:
         return dict(self.r.hgetall(keys.job_status(job_id)))
+
+    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+        key = keys.lease(wk)
+        px = int(ttl_s * 1000)
+        if self.r.set(key, owner, nx=True, px=px):
+            return None
+        holder = self.r.get(key)
+        if holder == owner:
+            self.r.pexpire(key, px)
+            return None
+        return holder or None
+
+    def release_lease(self, wk: str, owner: str) -> None:
+        self.r.eval(_RELEASE_LEASE, 1, keys.lease(wk), owner)
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         px = None if ttl_s is None else int(ttl_s * 1000)

@@ -155,6 +155,14 @@ class RecordStore(ABC):
         """Set a once-only flag (round done, next round sent, finalize). True for the first caller."""
 
     @abstractmethod
+    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+        """Take (or renew) the workload's lease for `owner`. None when taken; else the holder."""
+
+    @abstractmethod
+    def release_lease(self, wk: str, owner: str) -> None:
+        """Give the lease back if `owner` holds it."""
+
+    @abstractmethod
     def ping(self) -> None:
         """Raise ServiceError when the store is unreachable or not writable."""
 

@@ -168,6 +168,41 @@ def test_a_key_only_runs_on_hosts_that_have_it(lab, tmp_path):
     assert set().union(*by_task.values()) == {HOST2}, by_task
 
 
+def test_two_jobs_sharing_a_workload_tune_it_once(lab, tmp_path):
+    import subprocess
+
+    import torch
+
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(48, 24)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    model = tmp_path / "shared.pt2"
+    torch.export.save(torch.export.export(Shared().eval(), (torch.randn(8, 48),)), model)
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), **lab["env"]}
+    procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(model),
+                               "--trials-per-task", "4", "--out", str(tmp_path / f"job{i}"),
+                               "--tracker", lab["trackers"][HOST1], "--timeout", "600"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    errs = [p.communicate(timeout=900)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    summaries = [json.loads((tmp_path / f"job{i}" / "summary.json").read_text()) for i in range(2)]
+    store = open_store(lab["redis"])
+    for t0, t1 in zip(summaries[0]["tasks"], summaries[1]["tasks"], strict=True):
+        wk = t0["workload_key"]
+        assert t1["workload_key"] == wk
+        count = store.record_count(wk)
+        if t0["state"] == "done" and t1["state"] == "done":
+            assert count == 4, (wk, count)  # tuned once: not 4 per job
+        assert t0["trials_measured"] + t1["trials_measured"] == count
+
+
 def test_a_key_no_host_has_fails_fast(lab, example_models, tmp_path):
     t0 = time.monotonic()
     proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--device-key", "ghost",

