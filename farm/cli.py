@@ -134,6 +134,22 @@ def _status(args: argparse.Namespace, store: Any) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from farm import report
+    from farm.errors import StoreError
+
+    out = Path(args.out)
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        raise StoreError(f"no readable summary.json: {e}", subject=str(out),
+                         hint="pass the --out folder of a finished job") from e
+    with _store(args) as store:
+        path = report.write(out, summary, store)
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from farm.doctor import run_checks
 
@@ -342,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.add_argument("--broker")
     st.set_defaults(func=cmd_status)
+
+    rp = sub.add_parser("report", help="rebuild <out>/report.html of a finished job")
+    rp.add_argument("out", help="the job's --out folder")
+    rp.add_argument("--broker")
+    rp.set_defaults(func=cmd_report)
 
     dr = sub.add_parser("doctor", help="check tools, Redis, tracker, phones; print the fix for each")
     dr.add_argument("--device-key")

@@ -23,6 +23,7 @@ from farm import extract as extract_stage
 from farm import finalize as finalize_stage
 from farm import ingest as ingest_stage
 from farm import plan as plan_stage
+from farm import report as report_stage
 from farm.config import FarmConfig
 from farm.dispatch import make_app, send_round
 from farm.errors import ServiceError, TuneError, UsageError
@@ -191,9 +192,10 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                 {t.name for t in tasks if bests.get(t.workload_key) is not None},
                 extracted.untunable,
             )
-        summary = make_summary(job, bundle, plans, states, measured, bests, result, profile,
-                               time.monotonic() - t0)
-        summary["tuning_s"] = round(tuning_s, 1)
+            summary = make_summary(job, bundle, plans, states, measured, bests, result, profile,
+                                   time.monotonic() - t0)
+            summary["tuning_s"] = round(tuning_s, 1)
+            report_stage.write(staging, summary, farm.store)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
         if opts.out.exists():
             shutil.rmtree(opts.out)

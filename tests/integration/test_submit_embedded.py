@@ -56,6 +56,22 @@ def test_submit_tunes_compiles_and_checks(first_run):
     assert "speed-up" in proc.stdout
 
 
+def test_report_is_self_contained(first_run):
+    import re
+    from html.parser import HTMLParser
+
+    _, out, proc = first_run
+    assert proc.returncode == 0
+    page = (out / "report.html").read_text()
+    HTMLParser().feed(page)  # well-formed enough to parse
+    summary = json.loads((out / "summary.json").read_text())
+    assert page.count('class="curve"') == len(summary["tasks"])  # one tuning curve per task
+    for t in summary["tasks"]:
+        assert t["name"] in page
+    assert not re.search(r'(src|href)="https?:', page)  # nothing fetched from the network
+    assert "TVM tuned" in page and "torch eager" in page
+
+
 def test_embedded_farm_leaves_no_process_behind(first_run):
     home, _, proc = first_run
     pids = started_pids(home)

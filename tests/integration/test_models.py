@@ -1,0 +1,29 @@
+"""Other model families and formats, end to end on the embedded farm (tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import run_farm
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("model,shape", [
+    ("mobile.pt", "1,16,28,28"),  # TorchScript, depthwise convs
+    ("transformer.pt2", None),  # torch.export, attention block
+])
+def test_model_tunes_and_matches_torch(example_models, tmp_path, model, shape):
+    args = ["submit", str(example_models / model), "--trials-per-task", "2", "--round-trials", "2",
+            "--out", str(tmp_path / "out"), "--timeout", "1500"]
+    if shape:
+        args += ["--input-shape", shape]
+    proc = run_farm(args, tmp_path / "home")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["numerics_ok"]
+    assert all(t["best_us"] is not None for t in summary["tasks"])
+    assert summary["latency_us"]["tuned"] < summary["latency_us"]["untuned"]
+    assert not summary["schedules"]["fallback"], summary["schedules"]["fallback"]
