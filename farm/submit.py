@@ -32,6 +32,7 @@ from farm.profiles import resolve_profile
 from farm.store import RecordStore, TaskState, open_store
 
 log = logging.getLogger(__name__)
+STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable store
 
 
 @dataclass(frozen=True)
@@ -209,12 +210,27 @@ def submit(opts: SubmitOptions, config: FarmConfig,
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 1.0) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed."""
+    import redis
+
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
+    outage_since: float | None = None
     while True:
         farm.check_alive()
-        states = farm.store.task_states(job.job_id)
-        measured = farm.store.job_measured(job.job_id)
+        try:
+            states = farm.store.task_states(job.job_id)
+            measured = farm.store.job_measured(job.job_id)
+            outage_since = None
+        except redis.RedisError as e:  # Redis restarting: the job goes on, keep waiting
+            now = time.monotonic()
+            outage_since = outage_since or now
+            if now - outage_since > STORE_OUTAGE_S:
+                raise ServiceError(f"the store has been unreachable for {STORE_OUTAGE_S:.0f} s: "
+                                   f"{e}", subject=f"job {job.job_id}",
+                                   hint=f"the job goes on; `farm wait {job.job_id}` later") from e
+            report(f"job {job.job_id}: store unreachable ({e}); retrying")
+            time.sleep(2)
+            continue
         line = progress_line(job, states, measured)
         if line != last:
             report(line)

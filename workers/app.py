@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery import signals
 
 from farm import keys
@@ -70,6 +71,12 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
     try:
         result = run_round(ctx, store, req, on_progress=progress)
+    except redis.RedisError as e:
+        # The store went away mid-round (Redis restarting): records committed so far are kept;
+        # run the round again later, it measures only what is still missing.
+        log.warning("round %s of %s on %s: store unreachable (%s); retrying in 10 s",
+                    req.round_index + 1, req.task_name, ctx.host, e)
+        raise self.retry(countdown=10, max_retries=60) from e
     except LeaseBusy as e:
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
         _best_effort(store.set_task_state, req.job_id, req.workload_key,

@@ -32,6 +32,7 @@ class RoundCounters:
     failures: Counter = field(default_factory=Counter)
     best_us: float | None = None
     last_device_error: str = ""
+    store_error: Exception | None = None  # the store failed mid-round (re-raised after tune_tir)
 
 
 @derived_object
@@ -75,7 +76,12 @@ class StoreCallback(PyMeasureCallback):
                 run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
                 job_id=self.job_id, host=self.host, measured_at=time.time(),
             )
-            if self.store.add_record(stored):
+            try:
+                added = self.store.add_record(stored)
+            except Exception as e:
+                c.store_error = e
+                raise
+            if added:
                 c.new += 1
                 if error_class is None:
                     c.valid += 1

@@ -218,6 +218,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
             task_scheduler="round-robin", num_tuning_cores=1,
             seed=zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF,
         )
+    except Exception as e:
+        if counters.store_error is not None:  # surface the store's own error, not TVM's wrapper
+            raise counters.store_error from e
+        raise
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     log.info("round %s of %s on %s: %d new records (%d valid, %d duplicates, %d device lost), "
