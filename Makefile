@@ -27,7 +27,7 @@ test: venv
 	$(BIN)/python -m pytest -q -rfE
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not faults"
 
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples

@@ -32,7 +32,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     config = _config(args, device_key=args.device_key, round_trials=args.round_trials,
                      phones=args.phones, broker_url=args.broker)
     opts = SubmitOptions(
-        model=Path(args.model), out=Path(args.out), trials_per_task=args.trials_per_task,
+        model=Path(args.model), out=Path(args.out),
+        trials_per_task=(args.trials_per_task if args.trials_per_task is not None
+                         else (args.trials if args.trials else 32)),
+        trials_budget=args.trials or 0, early_stop_rounds=args.early_stop or 0,
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
         wait_for_devices_s=args.wait_for_devices or 0.0,
@@ -310,7 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("submit", help="tune a model and compile it with the best configs")
     s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
     s.add_argument("--out", required=True, help="results folder (must be new or empty)")
-    s.add_argument("--trials-per-task", type=int, default=32)
+    s.add_argument("--trials-per-task", type=int,
+                   help="trials per task (default 32; with --trials: a cap per task)")
+    s.add_argument("--trials", type=int, metavar="N",
+                   help="a job budget: every task gets a first round, further rounds go where "
+                        "they pay most (weight x latency x recent gain)")
+    s.add_argument("--early-stop", type=int, metavar="ROUNDS",
+                   help="stop a task after ROUNDS rounds without improvement")
     s.add_argument("--input-shape", help="e.g. 1,3,224,224 (';' between inputs); needed for .pt")
     s.add_argument("--dtype", default="float32", help="input dtype (default float32)")
     s.add_argument("--allow-pickle", action="store_true",

@@ -80,10 +80,12 @@ class RoundRequest(_Message):
     max_rounds: int
     device_key: str
     model: str = ""
+    attempt: int = 0  # > 0: re-sent by reconciliation after the round was lost
 
     @property
     def round_id(self) -> str:
-        return f"{self.job_id}:{self.workload_key}:{self.round_index}"
+        base = f"{self.job_id}:{self.workload_key}:{self.round_index}"
+        return f"{base}:r{self.attempt}" if self.attempt else base
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,5 @@ class JobSpec(_Message):
     weights: dict[str, int]
     created_at: float = 0.0
     max_rounds: int = 0
+    trials_budget: int = 0  # > 0: a job budget the planner spends where it pays most
+    early_stop_rounds: int = 0  # > 0: a task stops after this many rounds without improvement

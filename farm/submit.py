@@ -22,10 +22,11 @@ from farm import compile as compile_stage
 from farm import extract as extract_stage
 from farm import finalize as finalize_stage
 from farm import ingest as ingest_stage
+from farm import keys
 from farm import plan as plan_stage
 from farm import report as report_stage
 from farm.config import FarmConfig
-from farm.dispatch import make_app, send_round
+from farm.dispatch import make_app, queue_for, send_round
 from farm.errors import ServiceError, TuneError, UsageError
 from farm.messages import JobSpec, RoundRequest
 from farm.profiles import resolve_profile
@@ -39,7 +40,9 @@ STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable sto
 class SubmitOptions:
     model: Path
     out: Path
-    trials_per_task: int = 32
+    trials_per_task: int = 32  # per-task budget (the cap of each task in budget mode)
+    trials_budget: int = 0  # > 0: a job budget spent by the planner (--trials N)
+    early_stop_rounds: int = 0  # > 0: stop a task after this many rounds without gain
     input_shape: str | None = None
     dtype: str = "float32"
     allow_pickle: bool = False
@@ -124,6 +127,8 @@ def submit(opts: SubmitOptions, config: FarmConfig,
     t0 = time.monotonic()
     if opts.trials_per_task < 1:
         raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
+    if opts.trials_budget < 0 or opts.early_stop_rounds < 0:
+        raise UsageError("--trials and --early-stop must be >= 0")
     check_out_dir(opts.out, opts.force)
     profile = resolve_profile(config.device_key, config.profiles)
 
@@ -142,6 +147,19 @@ def submit(opts: SubmitOptions, config: FarmConfig,
         with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
             # 3. plan: the store says what is already tuned.
             plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
+            budget = 0
+            if opts.trials_budget:
+                have = sum(min(p.in_store, opts.trials_per_task) for p in plans)
+                budget = max(0, opts.trials_budget - have)
+                if budget == 0:  # the store already holds the whole budget
+                    plans = [plan_stage.TaskPlan(p.task, p.in_store, 0, 0) for p in plans]
+                else:
+                    plans = [plan_stage.TaskPlan(p.task, p.in_store, min(p.needed, budget),
+                                                 budget + 2) if not p.cached else p
+                             for p in plans]
+            todo = [p for p in plans if not p.cached]
+            first_round = config.round_trials if not budget else max(
+                1, min(config.round_trials, budget // max(1, len(todo))))
             job_id = new_job_id()
             job = JobSpec(
                 job_id=job_id, model=bundle.name, device_key=profile.key,
@@ -150,6 +168,7 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                 task_names={t.workload_key: t.name for t in tasks},
                 weights={t.workload_key: t.weight for t in tasks}, created_at=time.time(),
                 max_rounds=max((p.max_rounds for p in plans), default=0),
+                trials_budget=budget, early_stop_rounds=opts.early_stop_rounds,
             )
             farm.store.put_job(job)
             farm.store.set_job_status(job_id, state="running", started_at=str(time.time()))
@@ -165,10 +184,10 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                     state="queued", message="round 1 queued", updated_at=time.time()))
                 send_round(farm.app, RoundRequest(
                     job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
-                    round_index=0, trials=min(config.round_trials, p.needed),
+                    round_index=0, trials=min(first_round, p.needed),
                     target_trials=opts.trials_per_task, max_rounds=p.max_rounds,
                     device_key=profile.key, model=bundle.name))
-            planned = sum(p.needed for p in plans)
+            planned = budget or sum(p.needed for p in plans)
             report(f"plan: job {job_id}: {planned} trials to measure, "
                    f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
             if not opts.wait:
@@ -177,7 +196,8 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                 return {"job_id": job_id, "state": "submitted"}
             # 5. wait for the workers (the store is the truth, not a chord callback).
             t_tune = time.monotonic()
-            wait_for_job(farm, job, report, opts.timeout_s)
+            wait_for_job(farm, job, report, opts.timeout_s,
+                         stall_s=config.round_timeout_s + 60)
             tuning_s = time.monotonic() - t_tune
             # 6. finalize: the best record per workload -> one JSONDatabase.
             bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best")
@@ -207,9 +227,48 @@ def submit(opts: SubmitOptions, config: FarmConfig,
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _queue_length(farm: Farm, device_key: str) -> int:
+    try:
+        return int(farm.store.r.llen(queue_for(device_key)))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - unknown: assume busy, do not re-send
+        return 1
+
+
+def reconcile(farm: Farm, job: JobSpec, states: dict[str, TaskState], stall_s: float) -> list[str]:
+    """Re-send the round of every task that has not moved for `stall_s` (its message was lost:
+    a broker restart, a lost redelivery). Rounds are idempotent, so a false alarm only costs a
+    skipped round. Returns the workload keys re-sent."""
+    if farm.app is None or stall_s <= 0:
+        return []
+    now = time.time()
+    resent = []
+    for wk, st in states.items():
+        if st.terminal or st.state in ("ready", "waiting") or now - st.updated_at < stall_s:
+            continue
+        if st.state == "queued" and _queue_length(farm, job.device_key) > 0:
+            continue  # still behind other rounds in the queue, not lost
+        attempt = int(now)
+        if not farm.store.claim(keys.key_for("resend", job.job_id, wk, str(int(st.updated_at))),
+                                ttl_s=keys.JOB_TTL_S):
+            continue
+        log.warning("job %s: %s has not moved for %.0f s; re-sending its round", job.job_id,
+                    job.task_names.get(wk, wk), now - st.updated_at)
+        farm.store.set_task_state(job.job_id, wk, TaskState.from_json(
+            {**st.to_json(), "message": "round re-sent after it was lost", "updated_at": now}))
+        send_round(farm.app, RoundRequest(
+            job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
+            round_index=st.rounds, trials=job.round_trials, target_trials=job.trials_per_task,
+            max_rounds=max(job.max_rounds, st.rounds + 2), device_key=job.device_key,
+            model=job.model, attempt=attempt))
+        resent.append(wk)
+    return resent
+
+
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
-                 timeout_s: float | None, poll_s: float = 1.0) -> dict[str, TaskState]:
-    """Poll the store until every task of the job is done, exhausted or failed."""
+                 timeout_s: float | None, poll_s: float = 1.0,
+                 stall_s: float = 0.0) -> dict[str, TaskState]:
+    """Poll the store until every task of the job is done, exhausted or failed; re-send the
+    rounds of tasks that stalled for `stall_s` (0: never)."""
     import redis
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -231,6 +290,7 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
             report(f"job {job.job_id}: store unreachable ({e}); retrying")
             time.sleep(2)
             continue
+        reconcile(farm, job, states, stall_s)
         line = progress_line(job, states, measured)
         if line != last:
             report(line)

@@ -13,10 +13,11 @@ import redis
 from celery import signals
 
 from farm import keys
+from farm import plan as plan_stage
 from farm.config import FarmConfig
 from farm.dispatch import ROUND_TASK, make_app, send_round
 from farm.errors import FarmError
-from farm.messages import RoundRequest, RoundResult
+from farm.messages import JobSpec, RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
 from workers.measure import LeaseBusy, WorkerContext, _best_effort, _replace, run_round
 
@@ -68,6 +69,12 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
                 "best_us": c.best_us, "host": ctx.host, "device_key": req.device_key}
         _best_effort(self.update_state, None, "PROGRESS", meta)
         _best_effort(self.send_event, "task-progress", **meta)
+        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+        best = f", best {c.best_us:.1f} us" if c.best_us else ""
+        _best_effort(store.set_task_state, req.job_id, req.workload_key, _replace(
+            prior, state="tuning", host=ctx.host,
+            message=f"round {req.round_index + 1}: {c.new + c.duplicates}/{req.trials} trials "
+                    f"on {ctx.host}{best}"))
 
     try:
         result = run_round(ctx, store, req, on_progress=progress)
@@ -101,18 +108,27 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundResult) -> None:
-    """After a round: the workload is done, exhausted, or gets its next round (sent once)."""
+    """After a round: the workload is done, exhausted, stopped, or gets its next round.
+
+    Per-task budgets: the workload's own next round is sent (once: a claimed key).
+    A job budget (`--trials N`): the finished task becomes `ready`, and the planner
+    gives the job's next round to the ready task where a round pays most.
+    """
+    job = store.get_job(req.job_id)
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
     failures = dict(prior.failures)
     for k, v in result.failures.items():
         failures[k] = failures.get(k, 0) + v
     best = store.best(req.workload_key)
     count = store.record_count(req.workload_key)
+    history = list(prior.history) + ([best.run_us] if best and best.run_us else [])
     base = dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
                 best_us=best.run_us if best else None, host=result.host,
-                rounds=max(prior.rounds, req.round_index + 1))
-    status = store.job_status(req.job_id)
-    if status.get("state") == "cancelled":
+                rounds=max(prior.rounds, req.round_index + 1), history=history)
+    budget = job.trials_budget if job else 0
+    early = job.early_stop_rounds if job else 0
+    spent = sum(store.job_measured(req.job_id).values()) if budget else 0
+    if store.job_status(req.job_id).get("state") == "cancelled":
         state = _replace(prior, state="failed", message="job cancelled", **base)
     elif count >= req.target_trials:
         state = _replace(prior, state="done", message=f"{count} trials in store", **base)
@@ -127,9 +143,17 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         state = _replace(prior, state="exhausted",
                          message=f"search space exhausted after {count} distinct candidates",
                          **base)
+    elif plan_stage.stopped_early(history, early):
+        state = _replace(prior, state="done",
+                         message=f"stopped early: no gain in the last {early} rounds", **base)
     elif req.round_index + 1 >= req.max_rounds:
         state = _replace(prior, state="exhausted",
                          message=f"{req.max_rounds} rounds used, {count} trials in store", **base)
+    elif budget and spent >= budget:
+        state = _replace(prior, state="done", message=f"job budget of {budget} trials spent",
+                         **base)
+    elif budget:
+        state = _replace(prior, state="ready", message="ready for another round", **base)
     else:
         nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1})
         state = _replace(prior, state="queued", message=f"round {nxt.round_index + 1} queued",
@@ -140,3 +164,30 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         return
     _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
     log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)
+    if budget and job is not None:
+        plan_next_round(app, store, job, req, budget, spent)
+
+
+def plan_next_round(app: Any, store: RecordStore, job: JobSpec, req: RoundRequest, budget: int,
+                    spent: int) -> None:
+    """Job budget: give one round to the ready task that pays most, or close the job's tasks."""
+    states = store.task_states(job.job_id)
+    ready = {wk: s for wk, s in states.items() if s.state == "ready"}
+    if spent >= budget:
+        for wk, s in ready.items():
+            _best_effort(store.set_task_state, job.job_id, wk,
+                         _replace(s, state="done", message=f"job budget of {budget} trials spent"))
+        return
+    pick = plan_stage.next_task({wk: (job.weights.get(wk, 1), s.history) for wk, s in ready.items()})
+    if pick is None:
+        return
+    index = states[pick].rounds
+    if not store.claim(keys.round_next(f"{job.job_id}:{pick}:{index}"), ttl_s=keys.JOB_TTL_S):
+        return
+    nxt = RoundRequest.from_json({**req.to_json(), "workload_key": pick,
+                                  "task_name": job.task_names.get(pick, pick),
+                                  "round_index": index,
+                                  "trials": max(1, min(job.round_trials, budget - spent))})
+    _best_effort(store.set_task_state, job.job_id, pick,
+                 _replace(states[pick], state="queued", message=f"round {index + 1} queued"))
+    send_round(app, nxt)

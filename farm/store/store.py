@@ -71,7 +71,7 @@ class TaskState(_Message):
     """The state of one workload within one job (written by workers, read by status)."""
 
     kind = "task state"
-    state: str = "queued"  # queued | waiting | tuning | done | exhausted | failed
+    state: str = "queued"  # queued | waiting | tuning | ready | done | exhausted | failed
     rounds: int = 0
     host: str = ""
     best_us: float | None = None
@@ -79,6 +79,7 @@ class TaskState(_Message):
     failures: dict[str, int] = field(default_factory=dict)
     device_lost: int = 0
     updated_at: float = 0.0
+    history: list[float] = field(default_factory=list)  # best us after each round
 
     @property
     def terminal(self) -> bool:

@@ -19,3 +19,21 @@ def test_plan_asks_only_for_missing_trials():
     assert plans["b"].cached and plans["b"].needed == 0
     assert plans["c"].needed == 8 and plans["c"].max_rounds >= 4
     assert plan([task("a")], store, 5, 2)[0].cached
+
+
+def test_stopped_early():
+    from farm.plan import stopped_early
+
+    assert not stopped_early([10.0, 9.0], 2)
+    assert stopped_early([10.0, 9.0, 9.0, 9.0], 2)
+    assert not stopped_early([10.0, 9.0, 9.0, 8.0], 2)
+    assert not stopped_early([10.0, 5.0, 5.0], 0)
+
+
+def test_next_task_prefers_weighty_slow_improving_tasks():
+    from farm.plan import next_task
+
+    ready = {"small": (1, [10.0, 9.9]), "heavy": (4, [100.0, 50.0]), "failed": (9, [])}
+    assert next_task(ready) == "heavy"
+    assert next_task({"a": (1, [5.0, 5.0]), "b": (1, [50.0, 50.0])}) == "b"
+    assert next_task({}) is None
