@@ -57,6 +57,11 @@ def job_measured(job_id: str) -> str:
     return key_for("job", job_id, "measured")
 
 
+def job_allocated(job_id: str) -> str:
+    """Integer: trials of the job's budget already given to rounds."""
+    return key_for("job", job_id, "allocated")
+
+
 def round_done(round_id: str) -> str:
     """String: set once when a round has run (a redelivered round is then skipped)."""
     return key_for("round", round_id, "done")

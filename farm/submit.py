@@ -180,11 +180,19 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                         state="done", message=f"from store ({p.in_store} trials)",
                         updated_at=time.time()))
                     continue
+                trials = min(first_round, p.needed)
+                if budget:
+                    trials = farm.store.allocate(job_id, trials, budget)
+                    if trials == 0:
+                        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                            state="done", message="job budget allocated to other tasks",
+                            updated_at=time.time()))
+                        continue
                 farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
                     state="queued", message="round 1 queued", updated_at=time.time()))
                 send_round(farm.app, RoundRequest(
                     job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
-                    round_index=0, trials=min(first_round, p.needed),
+                    round_index=0, trials=trials,
                     target_trials=opts.trials_per_task, max_rounds=p.max_rounds,
                     device_key=profile.key, model=bundle.name))
             planned = budget or sum(p.needed for p in plans)

@@ -168,26 +168,43 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         plan_next_round(app, store, job, req, budget, spent)
 
 
+IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)
+
+
 def plan_next_round(app: Any, store: RecordStore, job: JobSpec, req: RoundRequest, budget: int,
                     spent: int) -> None:
-    """Job budget: give one round to the ready task that pays most, or close the job's tasks."""
+    """Job budget: once every task has had its first round, keep IN_FLIGHT rounds going, each
+    given to the ready task where a round pays most; close the job's tasks when it is spent."""
     states = store.task_states(job.job_id)
     ready = {wk: s for wk, s in states.items() if s.state == "ready"}
+    busy = [wk for wk, s in states.items() if s.state in ("queued", "tuning", "waiting")]
     if spent >= budget:
-        for wk, s in ready.items():
-            _best_effort(store.set_task_state, job.job_id, wk,
-                         _replace(s, state="done", message=f"job budget of {budget} trials spent"))
+        _close(store, job, ready, f"job budget of {budget} trials spent")
         return
-    pick = plan_stage.next_task({wk: (job.weights.get(wk, 1), s.history) for wk, s in ready.items()})
-    if pick is None:
-        return
-    index = states[pick].rounds
-    if not store.claim(keys.round_next(f"{job.job_id}:{pick}:{index}"), ttl_s=keys.JOB_TTL_S):
-        return
-    nxt = RoundRequest.from_json({**req.to_json(), "workload_key": pick,
-                                  "task_name": job.task_names.get(pick, pick),
-                                  "round_index": index,
-                                  "trials": max(1, min(job.round_trials, budget - spent))})
-    _best_effort(store.set_task_state, job.job_id, pick,
-                 _replace(states[pick], state="queued", message=f"round {index + 1} queued"))
-    send_round(app, nxt)
+    if any(states[wk].rounds == 0 or not states[wk].history for wk in busy):
+        return  # first rounds still running: scores are not comparable yet
+    while ready and len(busy) < IN_FLIGHT:
+        pick = plan_stage.next_task({wk: (job.weights.get(wk, 1), s.history)
+                                     for wk, s in ready.items()})
+        if pick is None:
+            return
+        state = ready.pop(pick)
+        index = state.rounds
+        if not store.claim(keys.round_next(f"{job.job_id}:{pick}:{index}"), ttl_s=keys.JOB_TTL_S):
+            continue
+        granted = store.allocate(job.job_id, job.round_trials, budget)
+        if granted == 0:  # the whole budget is given to rounds: nothing more to plan
+            _close(store, job, {pick: state, **ready}, f"job budget of {budget} trials used")
+            return
+        nxt = RoundRequest.from_json({**req.to_json(), "workload_key": pick,
+                                      "task_name": job.task_names.get(pick, pick),
+                                      "round_index": index, "trials": granted})
+        _best_effort(store.set_task_state, job.job_id, pick,
+                     _replace(state, state="queued", message=f"round {index + 1} queued"))
+        send_round(app, nxt)
+        busy.append(pick)
+
+
+def _close(store: RecordStore, job: JobSpec, tasks: dict[str, TaskState], why: str) -> None:
+    for wk, s in tasks.items():
+        _best_effort(store.set_task_state, job.job_id, wk, _replace(s, state="done", message=why))

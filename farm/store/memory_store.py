@@ -22,6 +22,7 @@ class MemoryStore(RecordStore):
         self._flags: dict[str, float | None] = {}
         self._exhausted: dict[str, int] = {}
         self._leases: dict[str, tuple[str, float]] = {}
+        self._allocated: dict[str, int] = {}
 
     def ping(self) -> None:
         return None
@@ -96,6 +97,13 @@ class MemoryStore(RecordStore):
 
     def job_status(self, job_id: str) -> dict[str, str]:
         return dict(self._status.get(job_id, {}))
+
+    def allocate(self, job_id: str, trials: int, budget: int) -> int:
+        with self._lock:
+            have = self._allocated.get(job_id, 0)
+            grant = max(0, min(trials, budget - have))
+            self._allocated[job_id] = have + grant
+            return grant
 
     def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
         with self._lock:

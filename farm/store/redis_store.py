@@ -146,6 +146,14 @@ class RedisStore(RecordStore):
     def job_status(self, job_id: str) -> dict[str, str]:
         return dict(self.r.hgetall(keys.job_status(job_id)))
 
+    def allocate(self, job_id: str, trials: int, budget: int) -> int:
+        key = keys.job_allocated(job_id)
+        total = int(self.r.incrby(key, trials))
+        over = max(0, total - budget)
+        if over:
+            self.r.decrby(key, min(over, trials))
+        return max(0, trials - over)
+
     def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
         key = keys.lease(wk)
         px = int(ttl_s * 1000)

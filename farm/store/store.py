@@ -156,6 +156,10 @@ class RecordStore(ABC):
         """Set a once-only flag (round done, next round sent, finalize). True for the first caller."""
 
     @abstractmethod
+    def allocate(self, job_id: str, trials: int, budget: int) -> int:
+        """Reserve up to `trials` of the job's budget (atomic); returns the trials granted."""
+
+    @abstractmethod
     def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
         """Take (or renew) the workload's lease for `owner`. None when taken; else the holder."""
 

@@ -14,15 +14,15 @@ pytestmark = pytest.mark.integration
 
 def test_job_budget_is_spent_and_respected(example_models, tmp_path):
     out = tmp_path / "out"
-    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials", "14",
+    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials", "12",
                      "--round-trials", "2", "--early-stop", "3", "--out", str(out),
                      "--timeout", "1500"], tmp_path / "home")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     tasks = summary["tasks"]
     measured = sum(t["trials_measured"] for t in tasks)
-    # every in-flight round may finish after the budget is reached: one round of slack
-    assert 14 <= measured <= 14 + 2, [(t["name"], t["trials_measured"]) for t in tasks]
+    # rounds get trials from the budget before they are sent: never more than the budget
+    assert 9 <= measured <= 12, [(t["name"], t["trials_measured"]) for t in tasks]
     assert all(t["trials_measured"] >= 1 for t in tasks)  # every task got a first round
     assert all(t["best_us"] is not None for t in tasks)
     assert all(t["state"] in ("done", "exhausted") for t in tasks)

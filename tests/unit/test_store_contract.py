@@ -116,3 +116,11 @@ def test_lease_one_holder_at_a_time_and_expiry(store):
     assert store.acquire_lease("wk", "job2", ttl_s=5) is None
     store.release_lease("wk", "job2")
     assert store.acquire_lease("wk", "job3", ttl_s=5) is None
+
+
+def test_allocate_never_exceeds_the_budget(store):
+    assert store.allocate("j", 4, 10) == 4
+    assert store.allocate("j", 4, 10) == 4
+    assert store.allocate("j", 4, 10) == 2
+    assert store.allocate("j", 4, 10) == 0
+    assert store.allocate("other", 3, 10) == 3
