@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -97,3 +98,27 @@ def wait_for_records(redis_url: str, timeout_s: float = 300) -> None:
             return
         time.sleep(0.5)
     raise AssertionError("no record was measured")
+
+
+def run_through_fault(farm: dict, tmp_path: Path, inject, trials: int = 12) -> dict:
+    """Submit a job, call `inject()` once its first records exist, let the job finish; check
+    that it completed, that every record measured before the fault is still there, that no
+    candidate was stored twice and no lost phone became a failed kernel. Returns the summary."""
+    model = tiny_model(tmp_path / "tiny.pt2")
+    out = tmp_path / "out"
+    proc = start_submit(farm, model, out, tmp_path / "home", trials=trials)
+    try:
+        wait_for_records(farm["redis"])
+        before = inject() or record_sets(farm["redis"])
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:] + farm["worker"].log_tail(40)
+    after = record_sets(farm["redis"])
+    for k, cands in before.items():
+        assert cands <= after[k], "a record measured before the fault was lost"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["numerics_ok"]
+    check_store(farm, summary)
+    return summary

@@ -8,14 +8,7 @@ import signal
 
 import pytest
 
-from tests.faults.conftest import (
-    check_store,
-    record_sets,
-    start_submit,
-    submit,
-    tiny_model,
-    wait_for_records,
-)
+from tests.faults.conftest import check_store, record_sets, run_through_fault, submit, tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -33,21 +26,9 @@ def test_a_frozen_phone_is_device_lost_not_a_failed_kernel(small_farm, tmp_path)
 
 
 def test_a_phone_killed_mid_job(small_farm, tmp_path):
-    model = tiny_model(tmp_path / "tiny.pt2")
-    out = tmp_path / "out"
-    proc = start_submit(small_farm, model, out, tmp_path / "home", trials=12)
-    try:
-        wait_for_records(small_farm["redis"])
+    def kill_phone():
         before = record_sets(small_farm["redis"])
         small_farm["phones"][1].stop()
-        _, err = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-3000:] + small_farm["worker"].log_tail(30)
-    after = record_sets(small_farm["redis"])
-    for k, cands in before.items():
-        assert cands <= after[k]  # nothing measured before the fault is lost
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["numerics_ok"]
-    check_store(small_farm, summary)
+        return before
+
+    run_through_fault(small_farm, tmp_path, kill_phone)
