@@ -84,9 +84,17 @@ def connect(config: FarmConfig, tracker: str | None = None,
                    check_alive=lambda: None, embedded=False)
         store.close()
         return
+    import platform
+
     from farm.embedded import embedded_farm
 
     profile = resolve_profile(config.device_key, config.profiles)
+    triple = str(profile.target.get("mtriple", ""))
+    if triple and not triple.startswith(platform.machine()):
+        raise UsageError(f"the embedded farm emulates phones on this {platform.machine()} CPU, "
+                         f"but profile {profile.key} targets {triple}",
+                         subject=f"device key {profile.key}",
+                         hint="submit to a lab farm with phones of that key (FARM_BROKER_URL)")
     with embedded_farm(config, threads=profile.threads) as farm:
         cfg = replace(config, broker_url=farm.broker_url)
         store = open_store(farm.broker_url)

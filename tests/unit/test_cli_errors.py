@@ -159,3 +159,10 @@ def test_tracker_unreachable_names_the_address(capsys, redis_url):
     code, err = farm(capsys, "worker", "--tracker", f"127.0.0.1:{port}", "--broker", redis_url)
     assert code == EXIT_CODES["service"]
     assert_one_line(err, f"127.0.0.1:{port}", "query_rpc_tracker")
+
+
+def test_embedded_farm_refuses_a_foreign_profile(capsys, tmp_path, models):
+    code, err, out = submit(capsys, tmp_path, models["small"], "--device-key", "android-arm64")
+    assert code == EXIT_CODES["usage"]
+    assert_one_line(err, "android-arm64", "aarch64", "FARM_BROKER_URL")
+    assert not out.exists()
