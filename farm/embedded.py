@@ -46,6 +46,43 @@ def config_env(config: FarmConfig) -> dict[str, str]:
     return env
 
 
+_OURS = ("tvm.exec", "redis-server", "farm.cli", "celery")
+
+
+def reap_orphans(home: Path) -> list[int]:
+    """Stop what an embedded farm under `home` left behind when its `farm` process was killed
+    outright (SIGKILL): every process still in the process group of a service it listed.
+    Returns the PIDs signalled. Only process groups we started, checked by command line."""
+    import signal
+
+    import psutil
+
+    reaped: list[int] = []
+    for pid_file in (home / "logs").glob("*/pids"):
+        owner = int(pid_file.parent.name) if pid_file.parent.name.isdigit() else -1
+        if owner == os.getpid() or psutil.pid_exists(owner):
+            continue  # that farm is still alive (or it is us)
+        groups = {int(line.split()[0]) for line in pid_file.read_text().splitlines() if line}
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                pgid = os.getpgid(proc.pid)
+            except (ProcessLookupError, PermissionError):
+                continue
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if pgid in groups and any(mark in cmd for mark in _OURS):
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGKILL)
+                    reaped.append(proc.pid)
+                except ProcessLookupError:
+                    pass
+        pid_file.rename(pid_file.with_name("pids.reaped"))
+    if reaped:
+        log.warning("embedded farm in %s: stopped %d processes left by a killed run: %s", home,
+                    len(reaped), reaped)
+    return reaped
+
+
 @contextlib.contextmanager
 def _home_lock(home: Path) -> Iterator[Path]:
     """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
@@ -59,6 +96,7 @@ def _home_lock(home: Path) -> Iterator[Path]:
                            subject=str(home),
                            hint="wait for it, or set FARM_HOME to another folder") from e
     try:
+        reap_orphans(home)
         log_dir = home / "logs" / str(os.getpid())
         log_dir.mkdir(parents=True, exist_ok=True)
         yield log_dir

@@ -87,13 +87,27 @@ class Service:
         self.signal(signal.SIGKILL)
 
 
-def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Service:
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the process that started us dies (Linux),
+    so a SIGKILLed `farm submit` leaves no embedded service behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
+          die_with_parent: bool = True) -> Service:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     try:
         popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+                                 env={**os.environ, **(env or {})}, start_new_session=True,
+                                 preexec_fn=_die_with_parent if die_with_parent else None)
     except OSError as e:
         raise ServiceError(f"cannot start {argv[0]}: {e}", subject=name) from e
     finally:
