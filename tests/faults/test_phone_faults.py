@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -32,3 +33,28 @@ def test_a_phone_killed_mid_job(small_farm, tmp_path):
         return before
 
     run_through_fault(small_farm, tmp_path, kill_phone)
+
+
+def test_all_phones_gone_then_one_back(small_farm, tmp_path):
+    def remove_phones_then_bring_one_back():
+        from farm import services
+        from farm.store import open_store
+        from farm.tracker import wait_for_phones
+
+        before = record_sets(small_farm["redis"])
+        for phone in small_farm["phones"]:
+            phone.stop()
+        store = open_store(small_farm["redis"])
+        deadline = time.monotonic() + 120
+        seen = ""
+        while time.monotonic() < deadline and "waiting for a phone" not in seen:
+            seen = " ".join(s.message for j in store.job_ids()
+                            for s in store.task_states(j).values())
+            time.sleep(0.5)
+        assert "waiting for a phone of key cpu-local on host farm@faults" in seen, seen
+        small_farm["group"].add(services.start_phone(small_farm["tracker"], "cpu-local", 9,
+                                                     small_farm["logs"]))
+        wait_for_phones(small_farm["tracker"], "cpu-local", 1, 60)
+        return before
+
+    run_through_fault(small_farm, tmp_path, remove_phones_then_bring_one_back, trials=16)
