@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -105,10 +106,26 @@ def _home_lock(home: Path) -> Iterator[Path]:
         lock.close()
 
 
+def running_farm_url(home: Path) -> str | None:
+    """The Redis URL of an embedded farm running now on `home` (another `farm submit`)."""
+    import psutil
+
+    try:
+        info = json.loads((home / "running.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info.get("broker_url") if psutil.pid_exists(int(info.get("pid", -1))) else None
+
+
 @contextlib.contextmanager
 def embedded_store_url(config: FarmConfig) -> Iterator[str]:
-    """Only the embedded farm's Redis (for `farm cache`, `farm status` without a lab farm)."""
+    """The embedded farm's Redis (for `farm cache`, `farm status` without a lab farm): the
+    running farm's when a `farm submit` is running on this FARM_HOME, else started for now."""
     home = Path(config.home)
+    url = running_farm_url(home)
+    if url is not None:
+        yield url
+        return
     with _home_lock(home) as log_dir:
         group = services.ServiceGroup(pid_file=log_dir / "pids")
         try:
@@ -143,6 +160,11 @@ def _services(config: FarmConfig, home: Path, log_dir: Path,
         group.add(services.start_worker(tracker, url, log_dir, env=config_env(config)))
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
                  config.phones, config.device_key, log_dir)
-        yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
+        running = home / "running.json"
+        running.write_text(json.dumps({"pid": os.getpid(), "broker_url": url, "tracker": tracker}))
+        try:
+            yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
+        finally:
+            running.unlink(missing_ok=True)
     finally:
         group.stop()

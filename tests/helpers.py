@@ -21,7 +21,7 @@ def run_farm(args: list[str], home: Path, timeout_s: float = 1200,
 def started_pids(home: Path) -> list[tuple[int, str]]:
     """Every (pid, name) an embedded farm under `home` started (its pids files)."""
     out = []
-    for pid_file in (home / "logs").glob("*/pids"):
+    for pid_file in [*(home / "logs").glob("*/pids"), *(home / "logs").glob("*/pids.reaped")]:
         for line in pid_file.read_text().splitlines():
             pid, name = line.split(" ", 1)
             out.append((int(pid), name))

@@ -4,6 +4,10 @@ two emulated phones, a Celery worker process), then the same model again from th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,13 +32,25 @@ def load_log_in_plain_tvm(best_dir: Path, summary: dict) -> int:
 def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("farm-home")
     out = tmp_path_factory.mktemp("runs") / "first"
-    proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
-                     "--round-trials", "4", "--out", str(out), "--timeout", "1500"], home)
-    return home, out, proc
+    env = {**os.environ, "FARM_HOME": str(home)}
+    env.pop("FARM_BROKER_URL", None)
+    popen = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit",
+                              str(example_models / "resnet.pt2"), "--trials-per-task", "4",
+                              "--round-trials", "4", "--out", str(out), "--timeout", "1500"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    status = None  # `farm status --json` from another terminal while the job runs
+    while popen.poll() is None and status is None:
+        seen = run_farm(["status", "--json"], home, timeout_s=60)
+        if seen.returncode == 0 and json.loads(seen.stdout) and json.loads(seen.stdout)[0]["tasks"]:
+            status = json.loads(seen.stdout)
+        time.sleep(2)
+    stdout, stderr = popen.communicate(timeout=1800)
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
+    return home, out, proc, status
 
 
 def test_submit_tunes_compiles_and_checks(first_run):
-    home, out, proc = first_run
+    home, out, proc, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for field in ("job_id", "model", "device_key", "target", "tasks", "latency_us",
@@ -60,7 +76,7 @@ def test_report_is_self_contained(first_run):
     import re
     from html.parser import HTMLParser
 
-    _, out, proc = first_run
+    _, out, proc, _ = first_run
     assert proc.returncode == 0
     page = (out / "report.html").read_text()
     HTMLParser().feed(page)  # well-formed enough to parse
@@ -72,8 +88,17 @@ def test_report_is_self_contained(first_run):
     assert "TVM tuned" in page and "torch eager" in page
 
 
+def test_status_from_another_terminal_while_the_job_runs(first_run):
+    *_, status = first_run
+    assert status is not None, "farm status never showed the running job"
+    job = status[0]
+    assert job["device_key"] == "cpu-local" and job["status"]["state"] == "running"
+    assert all(t["state"] in ("queued", "waiting", "tuning", "done", "exhausted")
+               for t in job["tasks"].values())
+
+
 def test_embedded_farm_leaves_no_process_behind(first_run):
-    home, _, proc = first_run
+    home, _, proc, _ = first_run
     pids = started_pids(home)
     names = {name for _, name in pids}
     assert {"redis", "tracker", "worker"} <= names and sum(n.startswith("phone") for n in names) == 2
@@ -81,7 +106,7 @@ def test_embedded_farm_leaves_no_process_behind(first_run):
 
 
 def test_resubmit_measures_nothing(first_run, example_models: Path, tmp_path: Path):
-    home, first_out, first = first_run
+    home, first_out, first, _ = first_run
     assert first.returncode == 0
     out = tmp_path / "again"
     proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
