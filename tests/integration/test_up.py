@@ -1,0 +1,68 @@
+"""`farm up`: the lab topology as local processes (Redis with a password, Flower with basic
+auth, a tracker, phones, a worker); Ctrl-C stops all of them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from farm.services import free_port
+from tests.helpers import run_farm
+
+pytestmark = pytest.mark.integration
+
+
+def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
+    redis_port, flower_port, tracker_port = free_port(), free_port(), free_port()
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_REDIS_PASSWORD": "s3cret",
+           "FARM_FLOWER_AUTH": "admin:pw"}
+    env.pop("FARM_BROKER_URL", None)
+    up = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--redis-port", str(redis_port),
+                           "--flower-port", str(flower_port), "--tracker-port", str(tracker_port),
+                           "--phones", "1"], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True)
+    url = f"redis://:s3cret@127.0.0.1:{redis_port}/0"
+    try:
+        deadline = time.monotonic() + 240
+        hosts = []
+        while time.monotonic() < deadline and not hosts:
+            assert up.poll() is None, up.communicate()[1][-2000:]
+            proc = run_farm(["devices", "--json"], tmp_path, env={"FARM_BROKER_URL": url},
+                            timeout_s=60)
+            hosts = json.loads(proc.stdout) if proc.returncode == 0 else []
+            time.sleep(1)
+        assert hosts and hosts[0]["phones"]["cpu-local"]["total"] == 1, hosts
+        assert hosts[0]["tracker"] == f"127.0.0.1:{tracker_port}"
+
+        wrong = run_farm(["devices"], tmp_path, timeout_s=60,
+                         env={"FARM_BROKER_URL": f"redis://:nope@127.0.0.1:{redis_port}/0"})
+        assert wrong.returncode == 5 and "***@127.0.0.1" in wrong.stderr  # password not shown
+        assert "nope" not in wrong.stderr
+
+        req = urllib.request.Request(f"http://127.0.0.1:{flower_port}/api/workers")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"admin:pw").decode())
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    assert resp.status == 200
+                    break
+            except OSError:
+                time.sleep(1)
+        else:
+            raise AssertionError("Flower did not answer")
+        children = psutil.Process(up.pid).children(recursive=True)
+        assert len(children) >= 5  # redis, flower, tracker, phone, worker (and theirs)
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=120)
+    time.sleep(2)
+    assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
