@@ -1,0 +1,42 @@
+"""The compose file is valid and refuses to start without a Redis password and Flower auth."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose_cmd() -> list[str] | None:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
+                                                 capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return None
+
+
+@pytest.mark.skipif(compose_cmd() is None, reason="no docker compose client on this machine")
+def test_compose_config():
+    cmd = [*compose_cmd(), "-f", str(ROOT / "docker-compose.yml"), "config"]
+    env = {**os.environ, "FARM_REDIS_PASSWORD": "pw", "FARM_FLOWER_AUTH": "a:b"}
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "--requirepass" in ok.stdout and "127.0.0.1:6379:6379" in ok.stdout.replace("'", "") \
+        or "host_ip: 127.0.0.1" in ok.stdout
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
+    refused = subprocess.run(cmd, capture_output=True, text=True, env=bare)
+    assert refused.returncode != 0 and "FARM_REDIS_PASSWORD" in refused.stderr
+
+
+def test_deploy_files_exist_and_workers_need_no_torch():
+    for name in ("Dockerfile.worker", "Dockerfile.flower", "LAB.md", "systemd/farm-worker.service",
+                 "systemd/farm-tracker.service", "systemd/farm-flower.service"):
+        assert (ROOT / "deploy" / name).is_file(), name
+    docker = (ROOT / "deploy" / "Dockerfile.worker").read_text()
+    assert "pip install --no-cache-dir ." in docker and "[torch" not in docker
