@@ -40,3 +40,14 @@ def test_deploy_files_exist_and_workers_need_no_torch():
         assert (ROOT / "deploy" / name).is_file(), name
     docker = (ROOT / "deploy" / "Dockerfile.worker").read_text()
     assert "pip install --no-cache-dir ." in docker and "[torch" not in docker
+
+
+def test_worker_side_imports_without_torch():
+    """Worker hosts install no torch: nothing on the worker's path may import it."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import workers.app, workers.measure, workers.main, workers.heartbeat\n"
+            "import farm.cli, farm.compile, farm.finalize, farm.extract, farm.doctor\n")
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
