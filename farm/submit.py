@@ -212,8 +212,16 @@ def submit(opts: SubmitOptions, config: FarmConfig,
                 return {"job_id": job_id, "state": "submitted"}
             # 5. wait for the workers (the store is the truth, not a chord callback).
             t_tune = time.monotonic()
-            wait_for_job(farm, job, report, opts.timeout_s,
-                         stall_s=config.round_timeout_s + 60)
+            try:
+                wait_for_job(farm, job, report, opts.timeout_s,
+                             stall_s=config.round_timeout_s + 60)
+            except BaseException:
+                if farm.embedded:  # nobody else will finish this job: its queued rounds must
+                    # not run in the next embedded farm (its records stay in the store)
+                    with contextlib.suppress(Exception):
+                        farm.store.set_job_status(job_id, state="cancelled",
+                                                  message="the submitting farm stopped")
+                raise
             tuning_s = time.monotonic() - t_tune
             # 6. finalize: the best record per workload -> one JSONDatabase.
             bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best")

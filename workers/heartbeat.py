@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 class Heartbeat(threading.Thread):
     def __init__(self, app: Any, store_url: str, name: str, tracker: str, queues: set[str],
-                 follow_tracker: bool, interval_s: float | None = None) -> None:
+                 follow_tracker: bool, interval_s: float | None = None,
+                 grace_s: float = 300.0) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
         self.client = redis.Redis.from_url(store_url, decode_responses=True,
@@ -37,6 +38,8 @@ class Heartbeat(threading.Thread):
         self.follow = follow_tracker
         self.interval_s = interval_s if interval_s is not None else max(1.0, keys.HOST_TTL_S / 3)
         self.started_at = time.time()
+        self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
+        self.last_seen: dict[str, float] = {q: time.time() for q in queues}
         self.stopping = threading.Event()
 
     def beat(self) -> None:
@@ -54,13 +57,22 @@ class Heartbeat(threading.Thread):
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time()))
 
     def _follow(self, keys_now: set[str]) -> None:
+        """Consume the queues of the keys with phones; keep a key's queue for `grace_s` after
+        its last phone left (a phone app restarting should not unsubscribe the host: a round
+        that starts meanwhile waits for a phone, bounded, and says so)."""
+        now = time.time()
         wanted = {queue_for(k) for k in keys_now}
+        for q in wanted:
+            self.last_seen[q] = now
         for q in sorted(wanted - self.queues):
             log.info("worker %s: phones of a new key appeared: consuming %s", self.node, q)
             self.app.control.add_consumer(q, destination=[self.node], reply=False)
             self.queues.add(q)
         for q in sorted(self.queues - wanted):
-            log.info("worker %s: no phone left for %s: cancelling it", self.node, q)
+            if now - self.last_seen.get(q, 0.0) < self.grace_s:
+                continue
+            log.info("worker %s: no phone for %s for %.0f s: cancelling it", self.node, q,
+                     now - self.last_seen.get(q, 0.0))
             self.app.control.cancel_consumer(q, destination=[self.node], reply=False)
             self.queues.discard(q)
 

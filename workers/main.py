@@ -37,7 +37,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
     beat = Heartbeat(app, config.store_url, name, tracker, queues,  # type: ignore[arg-type]
-                     follow_tracker=not explicit_keys)
+                     follow_tracker=not explicit_keys, grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
     argv = ["worker", "-Q", ",".join(sorted(queues)),
