@@ -19,7 +19,7 @@ from farm.dispatch import ROUND_TASK, make_app, send_round
 from farm.errors import FarmError
 from farm.messages import JobSpec, RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
-from workers.measure import LeaseBusy, WorkerContext, _best_effort, _replace, run_round
+from workers.measure import LEASE_TTL_S, LeaseBusy, WorkerContext, _best_effort, _replace, run_round
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,9 @@ def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
     _PROCESS["tracker"] = tracker
     _PROCESS["node"] = node
     _PROCESS["app"] = app
-    app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)(tune_round)
+    # max_retries=None: a round waiting for another job's lease retries until the lease is free
+    app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+             max_retries=None)(tune_round)
     return app
 
 
@@ -67,6 +69,7 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         meta = {"job": req.job_id, "task": req.task_name, "round": req.round_index + 1,
                 "trials_done": c.new + c.duplicates, "trials_total": req.trials,
                 "best_us": c.best_us, "host": ctx.host, "device_key": req.device_key}
+        _best_effort(store.acquire_lease, req.workload_key, req.job_id, LEASE_TTL_S)  # renew
         _best_effort(self.update_state, None, "PROGRESS", meta)
         _best_effort(self.send_event, "task-progress", **meta)
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
@@ -88,7 +91,7 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
         _best_effort(store.set_task_state, req.job_id, req.workload_key,
                      _replace(prior, state="waiting", message=str(e)))
-        raise self.retry(countdown=3, max_retries=None) from e
+        raise self.retry(countdown=3) from e
     except FarmError as e:
         log.error("round %s of %s on %s failed: %s", req.round_index + 1, req.task_name,
                   ctx.host, e)

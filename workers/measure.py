@@ -26,6 +26,8 @@ from farm.store import RecordStore, TaskState
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
+LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
+ENDED = ("cancelled", "finalized", "failed")
 
 
 class LeaseBusy(Exception):
@@ -171,7 +173,10 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
                            round_index=req.round_index, host=ctx.host, measured=0, valid=0,
                            wall_s=time.monotonic() - t0, skipped=True)
-    holder = store.acquire_lease(req.workload_key, req.job_id, ctx.config.round_timeout_s)
+    holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
+    if holder is not None and store.job_status(holder).get("state") in ENDED:
+        store.release_lease(req.workload_key, holder)  # its job is over: the lease is stale
+        holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None:
         raise LeaseBusy(holder)
     try:
