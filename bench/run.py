@@ -149,8 +149,8 @@ def main() -> int:
             "how": "one run, side by side; 2 emulated phones of 1 thread each for both sides; "
                    "plain = ms.tune_tasks (LocalBuilder, RPCRunner max_workers=2, 16 trials per "
                    "iteration); farm = `farm submit` embedded, fresh store, one round per task; "
-                   "farm_tuning_s = first round sent to last task finished (excludes ingest, "
-                   "worker warm-up, compile); tuned latencies re-measured here with the same "
+                   "farm_tuning_s = first round sent to last task finished (includes the worker's warm-up; excludes ingest "
+                   "and compile); tuned latencies re-measured here with the same "
                    "build, VM time_evaluator, 1 thread, median of 30 repeats x 5 runs"}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
