@@ -101,21 +101,28 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         yield store
 
 
+def _job(store: Any, job_id: str) -> Any:
+    """The job's spec, or a StoreError that says how to find job ids."""
+    from farm.errors import StoreError
+
+    job = store.get_job(job_id)
+    if job is None:
+        raise StoreError("no such job", subject=f"job {job_id}", hint="`farm status` lists jobs")
+    return job
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with _store(args) as store:
         return _status(args, store)
 
 
 def _status(args: argparse.Namespace, store: Any) -> int:
-    from farm.errors import StoreError
     from farm.submit import progress_line
 
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     out = []
     for job_id in job_ids:
-        job = store.get_job(job_id)
-        if job is None:
-            raise StoreError("no such job", subject=f"job {job_id}", hint="`farm status` lists jobs")
+        job = _job(store, job_id)
         states = store.task_states(job_id)
         measured = store.job_measured(job_id)
         entry = {"job_id": job_id, "model": job.model, "device_key": job.device_key,
@@ -165,24 +172,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from farm.errors import StoreError
 
     with _store(args) as store:
-        if store.get_job(args.job) is None:
-            raise StoreError("no such job", subject=f"job {args.job}", hint="`farm status` lists jobs")
+        _job(store, args.job)
         store.set_job_status(args.job, state="cancelled", cancelled_at=str(time.time()))
     print(f"job {args.job}: cancelled; rounds not yet started will not run")
     return 0
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from farm.errors import StoreError
     from farm.submit import Farm, wait_for_job
 
     with _store(args) as store:
-        job = store.get_job(args.job)
-        if job is None:
-            raise StoreError("no such job", subject=f"job {args.job}", hint="`farm status` lists jobs")
+        job = _job(store, args.job)
         farm = Farm(store=store, app=None, tracker=None, check_alive=lambda: None, embedded=False)
         wait_for_job(farm, job, lambda line: print(line, file=sys.stderr, flush=True),
                      args.timeout)
