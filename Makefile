@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: venv demo test test-fast bench lint clean
+.PHONY: venv browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,14 @@ demo: venv examples/resnet.pt2
 	FARM_HOME=$${FARM_HOME:-$(CURDIR)/runs/.farm-home} $(BIN)/farm submit examples/resnet.pt2 \
 		--trials-per-task $(TRIALS) --out runs/demo --force
 
-test: venv
+# The report test renders report.html in a real headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || true
+	@command -v chromium >/dev/null || echo "make: chromium is missing (as root: apt-get \
+		install chromium); the report test will fail"
+
+test: venv browser
 	$(BIN)/python -m pytest -q -rfE
 
 test-fast: venv

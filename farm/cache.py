@@ -76,7 +76,9 @@ def stats(store: RecordStore) -> dict[str, Any]:
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
     tasks = [t for t in (store.get_workload(wk) for wk in store.workload_keys())
              if t is not None and (device_key is None or t.device_key == device_key)]
-    bests = write_best_log(store, tasks, out_dir)
+    picks = {t.workload_key: b.candidate for t in tasks
+             if (b := store.best(t.workload_key)) is not None and b.valid}
+    bests = write_best_log(store, tasks, out_dir, picks)
     return sum(1 for b in bests.values() if b is not None)
 
 

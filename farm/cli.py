@@ -27,7 +27,7 @@ def _config(args: argparse.Namespace, **flags: Any) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from farm.submit import SubmitOptions, format_table, submit
+    from farm.submit import SubmitOptions, submit
 
     config = _config(args, device_key=args.device_key, round_trials=args.round_trials,
                      phones=args.phones, broker_url=args.broker)
@@ -38,15 +38,39 @@ def cmd_submit(args: argparse.Namespace) -> int:
         trials_budget=args.trials or 0, early_stop_rounds=args.early_stop or 0,
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
-        wait_for_devices_s=args.wait_for_devices or 0.0,
+        wait_for_devices_s=args.wait_for_devices or 0.0, priority=args.priority,
+        live=sys.stderr.isatty(),
     )
-    summary = submit(opts, config, report=lambda line: print(line, file=sys.stderr, flush=True))
+    return _print_summary(submit(opts, config, report=_progress), opts.out)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> int:
+    from farm.submit import format_table
+
     if "tasks" not in summary:
         print(json.dumps(summary))
         return 0
     print(format_table(summary))
-    print(f"results in {args.out}/ (summary.json, best/, model.so)")
+    print(f"results in {out}/ (summary.json, best/, model.so, report.html)")
     return 0 if summary["numerics_ok"] else 7
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a job from the records in the store: only what is missing is measured."""
+    from farm.submit import SubmitOptions, submit
+
+    with _store(args) as store:
+        job = _job(store, args.job)
+    config = _config(args, broker_url=args.broker, device_key=job.device_key,
+                     round_trials=job.round_trials)
+    opts = SubmitOptions.from_job(job, out=Path(args.out) if args.out else None, force=True,
+                                  timeout_s=args.timeout, wait=not args.no_wait,
+                                  live=sys.stderr.isatty())
+    return _print_summary(submit(opts, config, report=_progress, resume=job.job_id), opts.out)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -117,31 +141,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace, store: Any) -> int:
-    from farm.submit import progress_line
+    from farm.progress import job_view, render
 
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
-    out = []
-    for job_id in job_ids:
-        job = _job(store, job_id)
-        states = store.task_states(job_id)
-        measured = store.job_measured(job_id)
-        entry = {"job_id": job_id, "model": job.model, "device_key": job.device_key,
-                 "status": store.job_status(job_id),
-                 "tasks": {job.task_names.get(wk, wk): {**states[wk].to_json(),
-                                                        "trials_measured": measured.get(wk, 0)}
-                           for wk in job.workload_keys if wk in states}}
-        out.append(entry)
-        if not args.json:
-            print(progress_line(job, states, measured))
-            for wk in job.workload_keys:
-                s = states.get(wk)
-                if s is not None:
-                    best = f"{s.best_us:.1f} us" if s.best_us else "-"
-                    print(f"  {job.task_names.get(wk, wk)[:48]:48} {s.state:9} "
-                          f"{measured.get(wk, 0):4} trials  best {best:>12}  {s.message}")
-    if args.json:
-        print(json.dumps(out, indent=2))
-    return 0
+    live = getattr(args, "watch", False)
+    while True:
+        views = [job_view(store, _job(store, job_id)) for job_id in job_ids]
+        if args.json:
+            print(json.dumps(views, indent=2))
+        else:
+            text = "\n".join(render(v) for v in views) or "no jobs on this farm"
+            if live and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[J")  # redraw in place
+            print(text, flush=True)
+        if not live or all(v["status"].get("state") != "running"
+                           or v["tasks_finished"] == len(v["tasks"]) for v in views):
+            return 0
+        time.sleep(args.interval)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -181,14 +197,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from farm.submit import Farm, wait_for_job
+    from farm.submit import follow
 
-    with _store(args) as store:
-        job = _job(store, args.job)
-        farm = Farm(store=store, app=None, tracker=None, check_alive=lambda: None, embedded=False)
-        wait_for_job(farm, job, lambda line: print(line, file=sys.stderr, flush=True),
-                     args.timeout)
-        return _status(argparse.Namespace(job=args.job, json=False), store)
+    config = _config(args, broker_url=args.broker)
+    out = Path(args.out) if args.out else None
+    summary = follow(args.job, config, _progress, out=out, force=args.force,
+                     timeout_s=args.timeout)
+    return _print_summary(summary, out or Path(summary.get("out", ".")))
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -338,7 +353,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait-for-devices", type=float, metavar="SECONDS",
                    help="lab mode: wait this long for a host with phones of the key "
                         "(default: fail at once)")
+    s.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
+                   help="queued rounds of a higher priority job run first (default normal; "
+                        "jobs of one priority share the phones round by round)")
     s.set_defaults(func=cmd_submit)
+
+    rs = sub.add_parser("resume", help="continue a job that stopped half-way (from the store)")
+    rs.add_argument("job")
+    rs.add_argument("--out", help="results folder (default: the job's own --out)")
+    rs.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+    rs.add_argument("--no-wait", action="store_true", help="lab mode: return after resuming")
+    rs.add_argument("--broker")
+    rs.set_defaults(func=cmd_resume)
 
     w = sub.add_parser("worker", help="run a worker host bound to one tracker")
     w.add_argument("--tracker", required=True, help="HOST:PORT of this host's TVM RPC tracker")
@@ -367,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="progress of jobs on a farm")
     st.add_argument("job", nargs="?")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--watch", action="store_true",
+                    help="redraw until the jobs shown have finished")
+    st.add_argument("--interval", type=float, default=2.0, help="seconds between redraws")
     st.add_argument("--broker")
     st.set_defaults(func=cmd_status)
 
@@ -386,8 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--broker")
     ca.set_defaults(func=cmd_cancel)
 
-    wt = sub.add_parser("wait", help="wait for a job (e.g. after the submitting client died)")
+    wt = sub.add_parser("wait", help="take over a lab job whose submitting client died: wait, "
+                                     "finalize, compile")
     wt.add_argument("job")
+    wt.add_argument("--out", help="results folder (default: the job's own --out)")
+    wt.add_argument("--force", action="store_true", help="replace a non-empty --out")
     wt.add_argument("--timeout", type=float)
     wt.add_argument("--broker")
     wt.set_defaults(func=cmd_wait)

@@ -10,14 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.messages import RoundRequest
+from farm.messages import PRIORITIES, RoundRequest
 
 ROUND_TASK = "tunefarm.round"
+PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
+_SEP = "\x06\x16"  # kombu's separator between a queue's name and its priority step
 
 
 def queue_for(device_key: str) -> str:
     """The Celery queue of a device key: only hosts with phones of that key consume it."""
     return f"tune.{device_key}"
+
+
+def queue_lists(device_key: str) -> list[str]:
+    """The Redis lists that hold a device key's queued rounds (one per priority step)."""
+    q = queue_for(device_key)
+    return [q if step == 0 else f"{q}{_SEP}{step}" for step in PRIORITY_STEPS]
+
+
+def queued_rounds(client: Any, device_key: str) -> int:
+    """Rounds waiting in the broker for a phone of `device_key` (all priorities)."""
+    return sum(int(client.llen(name)) for name in queue_lists(device_key))
 
 
 def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
@@ -26,7 +39,8 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
 
     broker = broker_url or config.broker_url
     app = Celery("tunefarm", broker=broker, backend=config.store_url or broker)
-    transport = {"visibility_timeout": int(config.round_timeout_s)}
+    visibility = {"visibility_timeout": int(config.round_timeout_s)}
+    transport = {**visibility, "priority_steps": PRIORITY_STEPS}
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -37,7 +51,7 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         broker_transport_options=transport,
-        result_backend_transport_options=transport,
+        result_backend_transport_options=visibility,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_deduplicate_successful_tasks=True,
         task_track_started=True,
@@ -47,6 +61,7 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
         worker_proc_alive_timeout=300.0,  # a pool child warms TVM (~15 s) before it is ready
         result_expires=7 * 24 * 3600,
         task_default_queue="tune.default",
+        task_default_priority=PRIORITIES["normal"],
         worker_hijack_root_logger=False,
     )
     return app
@@ -57,5 +72,5 @@ def send_round(app: Any, req: RoundRequest, countdown_s: float | None = None) ->
     app.send_task(
         ROUND_TASK, args=[req.to_json()], queue=queue_for(req.device_key), task_id=req.round_id,
         shadow=f"{req.model}:{req.task_name} round {req.round_index + 1} [{req.device_key}]",
-        countdown=countdown_s,
+        countdown=countdown_s, priority=req.priority,
     )

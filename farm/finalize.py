@@ -1,32 +1,67 @@
 """Stage 6, finalize: the best record per workload -> one MetaSchedule JSONDatabase.
 
-Plain TVM loads the result with `JSONDatabase(work_dir=...)`. Failed records
-(run time 1e10) never make it into the log.
+Finalize happens once per job: `finalize_job` fixes the job's choice (the best
+valid record of each workload at that moment) in the store with a set-once key,
+whoever gets there first (the worker that ends the last task, the submitting
+client, `farm wait` or `farm resume`). Everyone after reads the same choice, so
+every log written for the job is the same. Plain TVM loads the log with
+`JSONDatabase(work_dir=...)`. Failed records (run time 1e10) never make it into it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from farm.errors import StoreError
 from farm.extract import load_mod
-from farm.messages import TuneTask
+from farm.messages import JobSpec, TuneTask
 from farm.store import RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)
 
 
-def write_best_log(store: RecordStore, tasks: list[TuneTask],
-                   work_dir: Path) -> dict[str, StoredRecord | None]:
-    """Write `database_workload.json` + `database_tuning_record.json`; return the best per key."""
+def job_finished(store: RecordStore, job: JobSpec) -> bool:
+    """Every task of the job is done, exhausted or failed (and the job was not cancelled)."""
+    if store.job_status(job.job_id).get("state") == "cancelled":
+        return False
+    states = store.task_states(job.job_id)
+    return all(wk in states and states[wk].terminal for wk in job.workload_keys)
+
+
+def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
+    """The job's final choice, workload key -> candidate hash; fixed by the first caller."""
+    picks = {}
+    for wk in job.workload_keys:
+        best = store.best(wk)
+        if best is not None and best.valid:
+            picks[wk] = best.candidate
+    final, first = store.finalize_once(job.job_id, picks)
+    if first:
+        store.set_job_status(job.job_id, state="finalized", finalized_by=by,
+                             finalized_at=str(time.time()))
+        log.info("job %s finalized by %s: %d of %d workloads have a best record", job.job_id,
+                 by, len(final), len(job.workload_keys))
+    return final
+
+
+def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
+                   picks: dict[str, str]) -> dict[str, StoredRecord | None]:
+    """Write `database_workload.json` + `database_tuning_record.json` with the picked record of
+    each task; return the record per workload key (None: no valid record)."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
     work_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(work_dir), module_equality="structural")
     bests: dict[str, StoredRecord | None] = {}
     for task in tasks:
-        best = store.best(task.workload_key)
+        cand = picks.get(task.workload_key)
+        best = store.get_record(task.workload_key, cand) if cand else None
+        if cand and best is None:
+            raise StoreError(f"the final record {cand} is missing from the store",
+                             subject=f"workload {task.workload_key}",
+                             hint="the store lost records; `farm resume JOB` tunes it again")
         if best is None or not best.valid:
             log.warning("finalize: %s (%s) has no valid record", task.name, task.workload_key)
             bests[task.workload_key] = None

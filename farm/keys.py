@@ -31,6 +31,11 @@ def best(wk: str) -> str:
     return key_for("wl", wk, "best")
 
 
+def device_lost(wk: str) -> str:
+    """Hash: candidate hash -> phones lost while measuring it (culprit detection)."""
+    return key_for("wl", wk, "lost")
+
+
 def workload_index() -> str:
     """Sorted set: every workload key, scored by first-seen time."""
     return key_for("workloads")
@@ -55,6 +60,11 @@ def job_tasks(job_id: str) -> str:
 def job_measured(job_id: str) -> str:
     """Hash: workload key -> records this job measured (incremented by the keep-best script)."""
     return key_for("job", job_id, "measured")
+
+
+def job_final(job_id: str) -> str:
+    """String: the job's final choice, workload key -> candidate hash (set once: finalize)."""
+    return key_for("job", job_id, "final")
 
 
 def job_allocated(job_id: str) -> str:

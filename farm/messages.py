@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 from farm.errors import StoreError
 
 SCHEMA = 1
+# --priority -> the broker's priority. kombu's Redis transport serves its priority steps
+# (0, 3, 6, 9) in order, 0 first; jobs of one priority share the phones round by round.
+PRIORITIES = {"high": 0, "normal": 3, "low": 6}
 T = TypeVar("T", bound="_Message")
 
 
@@ -81,10 +84,14 @@ class RoundRequest(_Message):
     device_key: str
     model: str = ""
     attempt: int = 0  # > 0: re-sent by reconciliation after the round was lost
+    run: int = 0  # the job's run (0, then +1 per `farm resume`); rounds of an older run are stale
+    priority: int = 3  # the broker's priority (Redis: 0 is served first); see PRIORITIES
 
     @property
     def round_id(self) -> str:
         base = f"{self.job_id}:{self.workload_key}:{self.round_index}"
+        if self.run:
+            base = f"{base}:run{self.run}"
         return f"{base}:r{self.attempt}" if self.attempt else base
 
 
@@ -127,3 +134,6 @@ class JobSpec(_Message):
     max_rounds: int = 0
     trials_budget: int = 0  # > 0: a job budget the planner spends where it pays most
     early_stop_rounds: int = 0  # > 0: a task stops after this many rounds without improvement
+    priority: str = "normal"  # a key of PRIORITIES
+    run: int = 0  # 0 for the first run, +1 per `farm resume`
+    options: dict[str, Any] = field(default_factory=dict)  # how it was submitted (for resume)

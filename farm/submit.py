@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -26,9 +27,9 @@ from farm import keys
 from farm import plan as plan_stage
 from farm import report as report_stage
 from farm.config import FarmConfig
-from farm.dispatch import make_app, queue_for, send_round
-from farm.errors import ServiceError, TuneError, UsageError
-from farm.messages import JobSpec, RoundRequest
+from farm.dispatch import make_app, queued_rounds, send_round
+from farm.errors import ServiceError, StoreError, TuneError, UsageError
+from farm.messages import PRIORITIES, JobSpec, RoundRequest
 from farm.profiles import resolve_profile
 from farm.store import RecordStore, TaskState, open_store
 
@@ -51,6 +52,39 @@ class SubmitOptions:
     timeout_s: float | None = None  # None: wait as long as the job runs
     tracker: str | None = None  # lab mode: where to run the compiled model (None: this CPU)
     wait_for_devices_s: float = 0.0  # lab mode: wait for a host with phones of the key
+    priority: str = "normal"  # high | normal | low (PRIORITIES)
+    live: bool = False  # redraw a per-task view on stderr while waiting (a terminal)
+
+    def to_job_options(self) -> dict[str, Any]:
+        """What `farm resume` and `farm wait` need to redo the client's part of the job."""
+        return {"model": str(self.model.resolve()), "out": str(self.out.resolve()),
+                "trials_per_task": self.trials_per_task, "trials_budget": self.trials_budget,
+                "early_stop_rounds": self.early_stop_rounds, "input_shape": self.input_shape,
+                "dtype": self.dtype, "allow_pickle": self.allow_pickle, "tracker": self.tracker,
+                "priority": self.priority}
+
+    @classmethod
+    def from_job(cls, job: JobSpec, out: Path | None = None, **changes: Any) -> SubmitOptions:
+        o = job.options
+        if not o.get("model"):
+            raise StoreError("the job does not record how it was submitted",
+                             subject=f"job {job.job_id}", hint="submit the model again")
+        return cls(model=Path(o["model"]), out=out or Path(o["out"]),
+                   trials_per_task=int(o.get("trials_per_task", job.trials_per_task)),
+                   trials_budget=int(o.get("trials_budget", 0)),
+                   early_stop_rounds=int(o.get("early_stop_rounds", 0)),
+                   input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
+                   allow_pickle=bool(o.get("allow_pickle")), tracker=o.get("tracker"),
+                   priority=o.get("priority", "normal"), **changes)
+
+
+@dataclass
+class Prepared:
+    """A model ingested (torch) and split into tuning tasks (TVM) for one device profile."""
+
+    bundle: Any
+    extracted: Any
+    profile: Any
 
 
 @dataclass
@@ -73,13 +107,14 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def connect(config: FarmConfig, tracker: str | None = None,
-            wait_s: float = 0.0) -> Iterator[Farm]:
+def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
+            require_devices: bool = True) -> Iterator[Farm]:
     """The farm to submit to: the lab farm at config.broker_url, or an embedded one."""
     if config.broker_url:
         store = open_store(config.store_url)
         store.ping()
-        wait_for_devices(store, config.device_key, wait_s)
+        if require_devices:
+            wait_for_devices(store, config.device_key, wait_s)
         yield Farm(store=store, app=make_app(config), tracker=tracker,
                    check_alive=lambda: None, embedded=False)
         store.close()
@@ -129,131 +164,212 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def submit(opts: SubmitOptions, config: FarmConfig,
-           report: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run a job end to end; return the summary (also written to <out>/summary.json)."""
-    t0 = time.monotonic()
-    if opts.trials_per_task < 1:
-        raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
-    if opts.trials_budget < 0 or opts.early_stop_rounds < 0:
-        raise UsageError("--trials and --early-stop must be >= 0")
-    check_out_dir(opts.out, opts.force)
+def prepare(opts: SubmitOptions, config: FarmConfig,
+            report: Callable[[str], None]) -> Prepared:
+    """Stages 1 (ingest, torch) and 2 (extract, TVM): before any service starts, so that bad
+    input fails fast."""
     profile = resolve_profile(config.device_key, config.profiles)
-
-    # 1. ingest (torch) and 2. extract (TVM): before any service starts, so bad input fails fast.
     bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
                                opts.dtype, opts.allow_pickle, threads=profile.threads)
     report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
            f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
-    tasks = extracted.tasks
-    report(f"extract: {len(tasks)} tuning tasks for device key {profile.key}")
+    report(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
+    return Prepared(bundle=bundle, extracted=extracted, profile=profile)
 
+
+def check_options(opts: SubmitOptions) -> None:
+    if opts.trials_per_task < 1:
+        raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
+    if opts.trials_budget < 0 or opts.early_stop_rounds < 0:
+        raise UsageError("--trials and --early-stop must be >= 0")
+    if opts.priority not in PRIORITIES:
+        raise UsageError(f"--priority must be one of {', '.join(PRIORITIES)}, "
+                         f"got {opts.priority!r}")
+
+
+def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None] = print,
+           resume: str | None = None) -> dict[str, Any]:
+    """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
+    summary (also written to <out>/summary.json)."""
+    t0 = time.monotonic()
+    check_options(opts)
+    check_out_dir(opts.out, opts.force)
+    prep = prepare(opts, config, report)
+    with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
+        job = dispatch_job(farm, opts, config, prep, report, resume)
+        if not opts.wait:
+            if farm.embedded:
+                raise UsageError("--no-wait needs a running farm (set FARM_BROKER_URL)")
+            return {"job_id": job.job_id, "state": "submitted"}
+        try:
+            return complete(farm, job, prep, opts, config, report, t0)
+        except BaseException:
+            if farm.embedded:  # nobody else will finish this job: its queued rounds must
+                # not run in the next embedded farm (its records stay in the store)
+                with contextlib.suppress(Exception):
+                    farm.store.set_job_status(job.job_id, state="cancelled",
+                                              message="the submitting farm stopped")
+            raise
+
+
+def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prepared,
+                 report: Callable[[str], None], resume: str | None = None) -> JobSpec:
+    """Stages 3 (plan: the store says what is already tuned) and 4 (dispatch: one message per
+    task's first round; further rounds chain on the workers). With `resume`, the job keeps its
+    id and starts its next run: rounds of an earlier run are stale and skipped."""
+    tasks, profile = prep.extracted.tasks, prep.profile
+    job_id, run = new_job_id(), 0
+    if resume is not None:
+        old = farm.store.get_job(resume)
+        if old is None:
+            raise StoreError("no such job", subject=f"job {resume}",
+                             hint="`farm status` lists jobs")
+        if old.workload_keys != [t.workload_key for t in tasks]:
+            raise UsageError("the model no longer gives the job's tuning tasks (was it changed?)",
+                             subject=f"job {resume}", hint="submit it as a new job")
+        job_id, run = resume, old.run + 1
+        farm.store.reset_job(job_id)
+    plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
+    budget = 0
+    if opts.trials_budget:
+        have = sum(min(p.in_store, opts.trials_per_task) for p in plans)
+        budget = max(0, opts.trials_budget - have)
+        if budget == 0:  # the store already holds the whole budget
+            plans = [plan_stage.TaskPlan(p.task, p.in_store, 0, 0) for p in plans]
+        else:
+            plans = [plan_stage.TaskPlan(p.task, p.in_store, min(p.needed, budget),
+                                         budget + 2) if not p.cached else p
+                     for p in plans]
+    todo = [p for p in plans if not p.cached]
+    first_round = config.round_trials if not budget else max(
+        1, min(config.round_trials, budget // max(1, len(todo))))
+    job = JobSpec(
+        job_id=job_id, model=prep.bundle.name, device_key=profile.key,
+        target=profile.target_json(), trials_per_task=opts.trials_per_task,
+        round_trials=config.round_trials, workload_keys=[t.workload_key for t in tasks],
+        task_names={t.workload_key: t.name for t in tasks},
+        weights={t.workload_key: t.weight for t in tasks}, created_at=time.time(),
+        max_rounds=max((p.max_rounds for p in plans), default=0),
+        trials_budget=budget, early_stop_rounds=opts.early_stop_rounds,
+        priority=opts.priority, run=run, options=opts.to_job_options(),
+    )
+    farm.store.put_job(job)
+    farm.store.set_job_status(job_id, state="running", started_at=str(time.time()),
+                              run=str(run), message="")
+    for p in plans:
+        farm.store.put_workload(p.task, job_id)
+        if p.cached:
+            farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                state="done", message=f"from store ({p.in_store} trials)",
+                updated_at=time.time()))
+            continue
+        trials = min(first_round, p.needed)
+        if budget:
+            trials = farm.store.allocate(job_id, trials, budget)
+            if trials == 0:
+                farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                    state="done", message="job budget allocated to other tasks",
+                    updated_at=time.time()))
+                continue
+        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+            state="queued", message="round 1 queued", updated_at=time.time()))
+        send_round(farm.app, RoundRequest(
+            job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
+            round_index=0, trials=trials, target_trials=opts.trials_per_task,
+            max_rounds=p.max_rounds, device_key=profile.key, model=prep.bundle.name,
+            run=run, priority=PRIORITIES[opts.priority]))
+    planned = budget or sum(p.needed for p in plans)
+    verb = f"resumed (run {run + 1})" if resume else "submitted"
+    report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
+           f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
+    if not todo:  # nothing to tune: the job is finished now
+        finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+    return job
+
+
+def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, config: FarmConfig,
+             report: Callable[[str], None], t0: float) -> dict[str, Any]:
+    """Stages 5-7 for a dispatched job: wait for the workers (the store is the truth, not a
+    chord callback), finalize (once per job, whoever comes first), compile and check against
+    torch, write <out>. Used by `farm submit`, `farm resume` and `farm wait`."""
+    tasks = prep.extracted.tasks
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
-        with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
-            # 3. plan: the store says what is already tuned.
-            plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
-            budget = 0
-            if opts.trials_budget:
-                have = sum(min(p.in_store, opts.trials_per_task) for p in plans)
-                budget = max(0, opts.trials_budget - have)
-                if budget == 0:  # the store already holds the whole budget
-                    plans = [plan_stage.TaskPlan(p.task, p.in_store, 0, 0) for p in plans]
-                else:
-                    plans = [plan_stage.TaskPlan(p.task, p.in_store, min(p.needed, budget),
-                                                 budget + 2) if not p.cached else p
-                             for p in plans]
-            todo = [p for p in plans if not p.cached]
-            first_round = config.round_trials if not budget else max(
-                1, min(config.round_trials, budget // max(1, len(todo))))
-            job_id = new_job_id()
-            job = JobSpec(
-                job_id=job_id, model=bundle.name, device_key=profile.key,
-                target=profile.target_json(), trials_per_task=opts.trials_per_task,
-                round_trials=config.round_trials, workload_keys=[t.workload_key for t in tasks],
-                task_names={t.workload_key: t.name for t in tasks},
-                weights={t.workload_key: t.weight for t in tasks}, created_at=time.time(),
-                max_rounds=max((p.max_rounds for p in plans), default=0),
-                trials_budget=budget, early_stop_rounds=opts.early_stop_rounds,
-            )
-            farm.store.put_job(job)
-            farm.store.set_job_status(job_id, state="running", started_at=str(time.time()))
-            # 4. dispatch: one message per (workload, round); rounds chain on the workers.
-            for p in plans:
-                farm.store.put_workload(p.task, job_id)
-                if p.cached:
-                    farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-                        state="done", message=f"from store ({p.in_store} trials)",
-                        updated_at=time.time()))
-                    continue
-                trials = min(first_round, p.needed)
-                if budget:
-                    trials = farm.store.allocate(job_id, trials, budget)
-                    if trials == 0:
-                        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-                            state="done", message="job budget allocated to other tasks",
-                            updated_at=time.time()))
-                        continue
-                farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-                    state="queued", message="round 1 queued", updated_at=time.time()))
-                send_round(farm.app, RoundRequest(
-                    job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
-                    round_index=0, trials=trials,
-                    target_trials=opts.trials_per_task, max_rounds=p.max_rounds,
-                    device_key=profile.key, model=bundle.name))
-            planned = budget or sum(p.needed for p in plans)
-            report(f"plan: job {job_id}: {planned} trials to measure, "
-                   f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
-            if not opts.wait:
-                if farm.embedded:
-                    raise UsageError("--no-wait needs a running farm (set FARM_BROKER_URL)")
-                return {"job_id": job_id, "state": "submitted"}
-            # 5. wait for the workers (the store is the truth, not a chord callback).
-            t_tune = time.monotonic()
-            try:
-                wait_for_job(farm, job, report, opts.timeout_s,
-                             stall_s=config.round_timeout_s + 60)
-            except BaseException:
-                if farm.embedded:  # nobody else will finish this job: its queued rounds must
-                    # not run in the next embedded farm (its records stay in the store)
-                    with contextlib.suppress(Exception):
-                        farm.store.set_job_status(job_id, state="cancelled",
-                                                  message="the submitting farm stopped")
-                raise
-            tuning_s = time.monotonic() - t_tune
-            # 6. finalize: the best record per workload -> one JSONDatabase.
-            bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best")
-            farm.store.set_job_status(job_id, state="finalized", finalized_at=str(time.time()))
-            states = farm.store.task_states(job_id)
-            measured = farm.store.job_measured(job_id)
-            # 7. compile, check against torch, benchmark on a phone of the key.
-            report("compile: building tuned and untuned models, checking against torch")
-            result = compile_stage.compile_and_check(
-                extracted.fused, profile.target_json(), staging / "best", staging,
-                bundle.inputs, bundle.outputs, farm.tracker, profile.key,
-                {t.workload_key: t.name for t in tasks},
-                {t.name for t in tasks if bests.get(t.workload_key) is not None},
-                extracted.untunable,
-            )
-            summary = make_summary(job, bundle, plans, states, measured, bests, result, profile,
-                                   time.monotonic() - t0)
-            summary["tuning_s"] = round(tuning_s, 1)
-            report_stage.write(staging, summary, farm.store)
+        t_tune = time.monotonic()
+        wait_for_job(farm, job, report, opts.timeout_s, stall_s=config.round_timeout_s + 60,
+                     live=opts.live)
+        tuning_s = time.monotonic() - t_tune
+        # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
+        picks = finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+        bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks)
+        states = farm.store.task_states(job.job_id)
+        measured = farm.store.job_measured(job.job_id)
+        from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
+                                          - measured.get(t.workload_key, 0)) for t in tasks}
+        # 7. compile, check against torch, benchmark on a phone of the key.
+        report("compile: building tuned and untuned models, checking against torch")
+        result = compile_stage.compile_and_check(
+            prep.extracted.fused, prep.profile.target_json(), staging / "best", staging,
+            prep.bundle.inputs, prep.bundle.outputs, farm.tracker, prep.profile.key,
+            {t.workload_key: t.name for t in tasks},
+            {t.name for t in tasks if bests.get(t.workload_key) is not None},
+            prep.extracted.untunable,
+        )
+        summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
+                               result, prep.profile, time.monotonic() - t0)
+        summary["tuning_s"] = round(tuning_s, 1)
+        summary["out"] = str(opts.out)
+        report_stage.write(staging, summary, farm.store)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
         if opts.out.exists():
             shutil.rmtree(opts.out)
         staging.rename(opts.out)
+        with contextlib.suppress(Exception):
+            farm.store.set_job_status(job.job_id, out=str(opts.out.resolve()),
+                                      compiled_at=str(time.time()))
         return summary
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
+           out: Path | None = None, force: bool = False,
+           timeout_s: float | None = None) -> dict[str, Any]:
+    """`farm wait JOB`: take over a lab job whose submitting client died. Waits for it (and
+    re-sends lost rounds), finalizes it (once per job), and when its model file is readable
+    here, compiles it into <out> (default: the job's own --out) like `farm submit` would."""
+    t0 = time.monotonic()
+    if not config.broker_url:
+        raise UsageError("`farm wait` follows a job on a lab farm; an embedded farm stops with "
+                         "its `farm submit`", subject=f"job {job_id}",
+                         hint=f"`farm resume {job_id}` continues it on a new embedded farm")
+    with connect(config, require_devices=False) as farm:
+        job = farm.store.get_job(job_id)
+        if job is None:
+            raise StoreError("no such job", subject=f"job {job_id}",
+                             hint="`farm status` lists jobs")
+        opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s)
+        farm.tracker = opts.tracker
+        if opts.model.is_file():
+            check_out_dir(opts.out, opts.force)
+            prep = prepare(opts, replace(config, device_key=job.device_key), report)
+            if [t.workload_key for t in prep.extracted.tasks] != job.workload_keys:
+                raise UsageError(f"{opts.model} no longer gives the job's tuning tasks",
+                                 subject=f"job {job_id}", hint="was the model file changed?")
+            return complete(farm, job, prep, opts, config, report, t0)
+        wait_for_job(farm, job, report, timeout_s, stall_s=config.round_timeout_s + 60)
+        picks = finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+        report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
+               f"best record); {opts.model} is not readable here, so it was not compiled")
+        return {"job_id": job_id, "state": "finalized", "best_records": len(picks)}
+
+
 def _queue_length(farm: Farm, device_key: str) -> int:
     try:
-        return int(farm.store.r.llen(queue_for(device_key)))  # type: ignore[attr-defined]
+        return queued_rounds(farm.store.r, device_key)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - unknown: assume busy, do not re-send
         return 1
 
@@ -283,20 +399,27 @@ def reconcile(farm: Farm, job: JobSpec, states: dict[str, TaskState], stall_s: f
             job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
             round_index=st.rounds, trials=job.round_trials, target_trials=job.trials_per_task,
             max_rounds=max(job.max_rounds, st.rounds + 2), device_key=job.device_key,
-            model=job.model, attempt=attempt))
+            model=job.model, attempt=attempt, run=job.run,
+            priority=PRIORITIES.get(job.priority, PRIORITIES["normal"])))
         resent.append(wk)
     return resent
 
 
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 1.0,
-                 stall_s: float = 0.0) -> dict[str, TaskState]:
+                 stall_s: float = 0.0, live: bool = False) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed; re-send the
-    rounds of tasks that stalled for `stall_s` (0: never)."""
+    rounds of tasks that stalled for `stall_s` (0: never). `live`: redraw the per-task view
+    (farm/progress.py) on stderr instead of printing a line per change."""
+    import sys
+
     import redis
+
+    from farm.progress import job_view, render
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
+    drawn = 0  # lines of the live view on screen
     outage_since: float | None = None
     while True:
         farm.check_alive()
@@ -316,7 +439,12 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
             continue
         reconcile(farm, job, states, stall_s)
         line = progress_line(job, states, measured)
-        if line != last:
+        if live:
+            text = render(job_view(farm.store, job))
+            sys.stderr.write((f"\x1b[{drawn}A\x1b[J" if drawn else "") + text + "\n")
+            sys.stderr.flush()
+            drawn = text.count("\n") + 1
+        elif line != last:
             report(line)
             last = line
         if len(states) >= len(job.workload_keys) and all(
@@ -346,17 +474,17 @@ def progress_line(job: JobSpec, states: dict[str, TaskState], measured: dict[str
             f"{sum(measured.values())} trials measured{extra}")
 
 
-def make_summary(job: JobSpec, bundle: Any, plans: list[plan_stage.TaskPlan],
+def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
                  states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
                  result: compile_stage.CompileResult, profile: Any, wall_s: float) -> dict[str, Any]:
-    tasks = []
-    for p in plans:
-        wk = p.task.workload_key
+    rows = []
+    for task in tasks:
+        wk = task.workload_key
         st = states.get(wk, TaskState())
         best = bests.get(wk)
-        tasks.append({
-            "name": p.task.name, "workload_key": wk, "weight": p.task.weight,
-            "trials_measured": measured.get(wk, 0), "trials_from_store": p.in_store,
+        rows.append({
+            "name": task.name, "workload_key": wk, "weight": task.weight,
+            "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best.run_us, 3) if best is not None else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
             "device_lost": st.device_lost, "rounds": st.rounds, "state": st.state,
@@ -367,7 +495,8 @@ def make_summary(job: JobSpec, bundle: Any, plans: list[plan_stage.TaskPlan],
         "device_key": job.device_key, "target": job.target,
         "trials_per_task": job.trials_per_task,
         "inputs": [list(x.shape) for x in bundle.inputs],
-        "tasks": tasks,
+        "priority": job.priority, "run": job.run,
+        "tasks": rows,
         "latency_us": {"torch": round(bundle.torch_us, 2), "untuned": round(result.untuned_us, 2),
                        "tuned": round(result.tuned_us, 2)},
         "speedup": {"tuned_vs_untuned": round(result.untuned_us / result.tuned_us, 3),

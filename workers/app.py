@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from celery import signals
 
+from farm import finalize as finalize_stage
 from farm import keys
 from farm import plan as plan_stage
 from farm.config import FarmConfig
@@ -19,7 +20,15 @@ from farm.dispatch import ROUND_TASK, make_app, send_round
 from farm.errors import FarmError
 from farm.messages import JobSpec, RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
-from workers.measure import LEASE_TTL_S, LeaseBusy, WorkerContext, _best_effort, _replace, run_round
+from workers.measure import (
+    LEASE_TTL_S,
+    LeaseBusy,
+    StaleRound,
+    WorkerContext,
+    _best_effort,
+    _replace,
+    run_round,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +90,9 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
     try:
         result = run_round(ctx, store, req, on_progress=progress)
+    except StaleRound as e:
+        log.info("skipped: %s", e)
+        return {"skipped": str(e)}
     except redis.RedisError as e:
         # The store went away mid-round (Redis restarting): records committed so far are kept;
         # run the round again later, it measures only what is still missing.
@@ -169,6 +181,9 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)
     if budget and job is not None:
         plan_next_round(app, store, job, req, budget, spent)
+    if job is not None and finalize_stage.job_finished(store, job):
+        # the last task ended: finalize here, so the job is finished even if no client waits
+        _best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
 
 
 IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)

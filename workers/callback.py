@@ -2,7 +2,9 @@
 
 Replaces MetaSchedule's AddToDatabase: it sees builder and runner errors, so a
 failure is classified (build, runtime, timeout); a candidate whose phone went
-away (device_lost) is not stored at all, so it can be measured again.
+away (device_lost) is not stored at all, so it can be measured again, unless that
+same candidate has lost a phone CULPRIT_AFTER times (over every round, host and job):
+then it is stored as the culprit, a failed kernel that is never measured again.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.database import Workload
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from farm.store import RecordStore, StoredRecord, candidate_hash
-from farm.store.store import FAILED_RUN_SECS
+from farm.store.store import CULPRIT_AFTER
 from workers.runner import classify_run_error
+from workers.search import record_of
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +64,23 @@ class StoreCallback(PyMeasureCallback):
                 error_class, error_msg = classify_run_error(ran.error_msg), ran.error_msg
             else:
                 run_secs = [float(s) for s in ran.run_secs]
+            record = record_of(cand, self.workload, self.target, run_secs)
             if error_class == "device_lost":
-                c.device_lost += 1
-                c.last_device_error = error_msg.strip().splitlines()[-1][:300] if error_msg else ""
-                continue
-            record = TuningRecord(
-                cand.sch.trace, self.workload,
-                run_secs if run_secs is not None else [FAILED_RUN_SECS],
-                self.target, cand.args_info,
-            ).as_json()
+                try:
+                    lost = self.store.note_device_lost(self.workload_key, candidate_hash(record))
+                except Exception as e:
+                    c.store_error = e
+                    raise
+                if lost < CULPRIT_AFTER:
+                    c.device_lost += 1
+                    c.last_device_error = (error_msg.strip().splitlines()[-1][:300]
+                                           if error_msg else "")
+                    continue
+                log.warning("workload %s: candidate %s lost a phone %d times: stored as the "
+                            "culprit, not measured again", self.workload_key,
+                            candidate_hash(record), lost)
+                error_class = "culprit"
+                error_msg = f"lost a phone {lost} times (crashed or froze it); last: {error_msg}"
             run_us = None if run_secs is None else sum(run_secs) / len(run_secs) * 1e6
             stored = StoredRecord(
                 workload_key=self.workload_key, candidate=candidate_hash(record), record=record,

@@ -70,3 +70,40 @@ class StoreDatabase(PyDatabase):
 
 def is_failed(run_secs: list[float] | None) -> bool:
     return not run_secs or any(s >= FAILED_RUN_SECS for s in run_secs)
+
+
+PRETRAIN_LIMIT = 512  # stored records a round's cost model learns from before it searches
+
+
+def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
+                          target: object) -> tuple[object, int]:
+    """An XGBoost cost model already trained on the workload's stored records (valid and
+    failed), so that round k+1 is not a cold start. Returns (model, records learned from).
+
+    MetaSchedule's XGBModel predicts at random until it has seen 100 samples; a fresh model
+    per round would never get there with rounds of 32 trials. With this, it does from the
+    fourth round on (or at once, for a workload tuned before by any job)."""
+    import numpy as np
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    model = XGBModel(num_tuning_cores=1)
+    recs = store.records(workload_key)
+    recs.sort(key=lambda r: (not r.valid, r.run_us or 0.0))  # the best first, failures last
+    candidates, results = [], []
+    for rec in recs[:PRETRAIN_LIMIT]:
+        try:
+            cand = TuningRecord.from_json(rec.record, workload).as_measure_candidate()
+        except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
+            log.warning("workload %s: record %s not usable for the cost model: %s",
+                        workload_key, rec.candidate, e)
+            continue
+        secs = [float(rec.run_us) * 1e-6] if rec.valid else None  # type: ignore[arg-type]
+        candidates.append(cand)
+        results.append(RunnerResult(run_secs=secs, error_msg=None if secs else "failed"))
+    if candidates:
+        np.random.seed(len(candidates))  # XGBoost's training is seeded, keep ours too
+        context = TuneContext(mod=workload.mod, target=target, task_name="pretrain")
+        model.update(context, candidates, results)
+    return model, len(candidates)

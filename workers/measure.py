@@ -30,6 +30,10 @@ LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of th
 ENDED = ("cancelled", "finalized", "failed")
 
 
+class StaleRound(Exception):
+    """A round of an earlier run of a job that has been resumed since: the new run has its own."""
+
+
 class LeaseBusy(Exception):
     """Another job is tuning this workload right now; the round should wait for it."""
 
@@ -164,6 +168,10 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
     if task is None:
         raise TuneError("the workload is not in the store", subject=f"workload {req.workload_key}",
                         hint="resubmit the job: its plan was lost")
+    job = store.get_job(req.job_id)
+    if job is not None and job.run != req.run:
+        raise StaleRound(f"round {req.round_id} belongs to run {req.run + 1}, the job is at run "
+                         f"{job.run + 1}")
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
     if store.job_status(req.job_id).get("state") == "cancelled":
         raise TuneError("the job was cancelled", subject=f"job {req.job_id}")
@@ -192,7 +200,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from tvm.s_tir import meta_schedule as ms
 
     from workers.callback import RoundCounters, StoreCallback
-    from workers.database import StoreDatabase
+    from workers.database import StoreDatabase, pretrained_cost_model
+    from workers.search import StoreAwareSearch
 
     profile = ctx.profile(req.device_key)
     phones = wait_for_phone(ctx, store, req, prior)
@@ -206,21 +215,25 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     if single:
         trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
+    cost_model, learned = (None, 0) if single else pretrained_cost_model(
+        store, req.workload_key, database.workload, target)
+    search = StoreAwareSearch(store, req.workload_key, database.workload, target)
     counters = RoundCounters()
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
                              ctx.host, counters, on_progress)
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
-    log.info("round %s of %s on %s: %d trials (%d in store, %d phones)", req.round_index + 1,
-             task.name, ctx.host, trials, req.target_trials - missing, phones)
+    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d, "
+             "%d phones)", req.round_index + 1, task.name, ctx.host, trials,
+             req.target_trials - missing, learned, phones)
     try:
         ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,
             num_trials_per_iter=min(BATCH, trials),
             builder=ctx.builder(profile), runner=ctx.runner(profile, phones),
-            database=database, cost_model="xgb",
+            database=database, cost_model=cost_model if cost_model is not None else "xgb",
             measure_callbacks=[callback, ms.measure_callback.RemoveBuildArtifact(),
                                ms.measure_callback.UpdateCostModel()],
-            task_scheduler="round-robin", num_tuning_cores=1,
+            task_scheduler="round-robin", num_tuning_cores=1, strategy=search,
             seed=zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF,
         )
     except Exception as e:
@@ -229,14 +242,15 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         raise
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    log.info("round %s of %s on %s: %d new records (%d valid, %d duplicates, %d device lost), "
-             "best %s us", req.round_index + 1, task.name, ctx.host, counters.new, counters.valid,
+    log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
+             "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,
+             ctx.host, counters.new, counters.valid, search.counts["skipped"],
              counters.duplicates, counters.device_lost,
              f"{counters.best_us:.1f}" if counters.best_us else "-")
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
-        duplicates=counters.duplicates, single_schedule=single,
+        duplicates=counters.duplicates + search.counts["skipped"], single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0,
     )

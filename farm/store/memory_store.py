@@ -23,6 +23,8 @@ class MemoryStore(RecordStore):
         self._exhausted: dict[str, int] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._allocated: dict[str, int] = {}
+        self._final: dict[str, dict[str, str]] = {}
+        self._lost: dict[tuple[str, str], int] = {}
 
     def ping(self) -> None:
         return None
@@ -60,11 +62,19 @@ class MemoryStore(RecordStore):
     def records(self, wk: str) -> list[StoredRecord]:
         return list(self._records.get(wk, {}).values())
 
+    def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
+        return self._records.get(wk, {}).get(candidate)
+
     def record_count(self, wk: str) -> int:
         return len(self._records.get(wk, {}))
 
     def best(self, wk: str) -> StoredRecord | None:
         return self._best.get(wk)
+
+    def note_device_lost(self, wk: str, candidate: str) -> int:
+        with self._lock:
+            self._lost[(wk, candidate)] = self._lost.get((wk, candidate), 0) + 1
+            return self._lost[(wk, candidate)]
 
     def mark_exhausted(self, wk: str, count: int) -> None:
         self._exhausted[wk] = count
@@ -118,6 +128,21 @@ class MemoryStore(RecordStore):
         with self._lock:
             if self._leases.get(wk, (None, 0.0))[0] == owner:
                 del self._leases[wk]
+
+    def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
+        with self._lock:
+            first = job_id not in self._final
+            return dict(self._final.setdefault(job_id, dict(picks))), first
+
+    def final_picks(self, job_id: str) -> dict[str, str] | None:
+        found = self._final.get(job_id)
+        return None if found is None else dict(found)
+
+    def reset_job(self, job_id: str) -> None:
+        with self._lock:
+            for table in (self._final, self._tasks, self._measured, self._allocated,
+                          self._status):
+                table.pop(job_id, None)
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import redis
 
 from farm import keys
-from farm.errors import ServiceError
+from farm.errors import ServiceError, StoreError
 from farm.messages import JobSpec, TuneTask
 from farm.store.store import RecordStore, StoredRecord, TaskState, parse_record
 
@@ -100,12 +101,19 @@ class RedisStore(RecordStore):
                 out.append(rec)
         return out
 
+    def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
+        raw = self.r.hget(keys.records(wk), candidate)
+        return None if raw is None else parse_record(raw, f"{keys.records(wk)}[{candidate}]")
+
     def record_count(self, wk: str) -> int:
         return int(self.r.hlen(keys.records(wk)))
 
     def best(self, wk: str) -> StoredRecord | None:
         raw = self.r.hget(keys.best(wk), "record")
         return None if raw is None else parse_record(raw, keys.best(wk))
+
+    def note_device_lost(self, wk: str, candidate: str) -> int:
+        return int(self.r.hincrby(keys.device_lost(wk), candidate, 1))
 
     def mark_exhausted(self, wk: str, count: int) -> None:
         self.r.hset(keys.workload(wk), "exhausted_at", str(count))
@@ -167,6 +175,27 @@ class RedisStore(RecordStore):
 
     def release_lease(self, wk: str, owner: str) -> None:
         self.r.eval(_RELEASE_LEASE, 1, keys.lease(wk), owner)
+
+    def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
+        first = bool(self.r.set(keys.job_final(job_id), json.dumps(picks, sort_keys=True), nx=True))
+        return (dict(picks) if first else self.final_picks(job_id) or dict(picks)), first
+
+    def final_picks(self, job_id: str) -> dict[str, str] | None:
+        raw = self.r.get(keys.job_final(job_id))
+        if raw is None:
+            return None
+        try:
+            picks = json.loads(raw)
+            if not isinstance(picks, dict):
+                raise ValueError("not a JSON object")
+            return {str(k): str(v) for k, v in picks.items()}
+        except ValueError as e:
+            raise StoreError(f"corrupt final choice: {e}", subject=keys.job_final(job_id),
+                             hint=f"`farm resume {job_id}` finalizes the job again") from e
+
+    def reset_job(self, job_id: str) -> None:
+        self.r.delete(keys.job_final(job_id), keys.job_tasks(job_id), keys.job_measured(job_id),
+                      keys.job_allocated(job_id), keys.job_status(job_id))
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         px = None if ttl_s is None else int(ttl_s * 1000)

@@ -25,7 +25,10 @@ from farm.messages import JobSpec, TuneTask, _Message
 log = logging.getLogger(__name__)
 
 FAILED_RUN_SECS = 1e10  # what MetaSchedule stores as the run time of a failed candidate
-FAILURE_CLASSES = ("build", "runtime", "timeout", "wrong_answer", "device_lost")
+# device_lost is never stored (the candidate is measured again), unless the same candidate lost
+# a phone CULPRIT_AFTER times: then it is stored as the "culprit" and never measured again.
+FAILURE_CLASSES = ("build", "runtime", "timeout", "wrong_answer", "device_lost", "culprit")
+CULPRIT_AFTER = 3
 
 
 def candidate_hash(record_json: list[Any]) -> str:
@@ -112,10 +115,19 @@ class RecordStore(ABC):
         """Every record of a workload; corrupt ones are logged with their key and skipped."""
 
     @abstractmethod
+    def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
+        """One stored record by its candidate hash (None when absent or corrupt)."""
+
+    @abstractmethod
     def record_count(self, wk: str) -> int: ...
 
     @abstractmethod
     def best(self, wk: str) -> StoredRecord | None: ...
+
+    @abstractmethod
+    def note_device_lost(self, wk: str, candidate: str) -> int:
+        """Count one more phone lost while measuring this candidate; returns the count so far
+        (over every round, host and job)."""
 
     @abstractmethod
     def mark_exhausted(self, wk: str, count: int) -> None:
@@ -150,6 +162,21 @@ class RecordStore(ABC):
 
     @abstractmethod
     def job_status(self, job_id: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
+        """Fix the job's final choice (workload key -> candidate hash) once: the first caller's
+        `picks` are kept, later callers get them back. Returns (the choice, True for the first
+        caller). This is the job's finalize."""
+
+    @abstractmethod
+    def final_picks(self, job_id: str) -> dict[str, str] | None:
+        """The job's final choice, or None when it has not been finalized."""
+
+    @abstractmethod
+    def reset_job(self, job_id: str) -> None:
+        """Forget a job's progress (final choice, task states, measured and budget counters,
+        status), keep its spec: `farm resume` runs it again from the records in the store."""
 
     @abstractmethod
     def claim(self, key: str, ttl_s: float | None = None) -> bool:

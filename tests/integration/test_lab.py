@@ -213,9 +213,93 @@ def test_a_key_no_host_has_fails_fast(lab, example_models, tmp_path):
     assert time.monotonic() - t0 < 120
 
 
+def mlp_model(path: Path, sizes: list[int]) -> Path:
+    """Linear+ReLU layers of the given sizes, saved with torch.export."""
+    import torch
+
+    layers: list[torch.nn.Module] = []
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*layers).eval()
+    torch.export.save(torch.export.export(net, (torch.randn(4, sizes[0]),)), path)
+    return path
+
+
+def test_two_models_sharing_an_operator_tune_it_once(lab, tmp_path):
+    first = mlp_model(tmp_path / "one.pt2", [40, 20])
+    second = mlp_model(tmp_path / "two.pt2", [40, 20, 6])  # the same first layer, and one more
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    summaries = []
+    for model in (first, second):
+        out = tmp_path / model.stem
+        proc = run_farm(["submit", str(model), "--trials-per-task", "2", "--out", str(out),
+                         "--tracker", lab["trackers"][HOST1], "--timeout", "600"], tmp_path,
+                        env=lab["env"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summaries.append(json.loads((out / "summary.json").read_text()))
+    one = {t["workload_key"]: t for t in summaries[0]["tasks"]}
+    two = {t["workload_key"]: t for t in summaries[1]["tasks"]}
+    shared = set(one) & set(two)
+    assert shared and set(two) - shared, (list(one), list(two))  # one shared, one new operator
+    store = open_store(lab["redis"])
+    for wk in shared:
+        assert two[wk]["trials_measured"] == 0  # served from the store: not tuned again
+        assert two[wk]["trials_from_store"] == store.record_count(wk) >= 1
+        assert two[wk]["best_us"] == one[wk]["best_us"]
+    for wk in set(two) - shared:
+        assert two[wk]["trials_measured"] >= 1
+
+
+def test_a_dead_client_is_taken_over_by_farm_wait(lab, tmp_path):
+    import subprocess
+
+    model = mlp_model(tmp_path / "orphan.pt2", [36, 18, 9])
+    out = tmp_path / "orphan-out"
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    store = open_store(lab["redis"])
+    before = set(store.job_ids())
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), **lab["env"]}
+    client = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(model),
+                               "--trials-per-task", "4", "--out", str(out),
+                               "--tracker", lab["trackers"][HOST1]],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        job_id, deadline = None, time.monotonic() + 600
+        while time.monotonic() < deadline and client.poll() is None:
+            new = set(store.job_ids()) - before
+            if new:
+                job_id = new.pop()
+                if sum(store.job_measured(job_id).values()) >= 1:
+                    break
+            time.sleep(0.5)
+        assert job_id is not None and client.poll() is None, "the job ended before the kill"
+    finally:
+        client.kill()  # SIGKILL: no clean-up at all
+        client.wait()
+    assert not (out / "summary.json").exists()
+    proc = run_farm(["wait", job_id], tmp_path, env=lab["env"], timeout_s=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())  # the job's own --out
+    assert summary["job_id"] == job_id and summary["numerics_ok"]
+    status = store.job_status(job_id)
+    assert status["state"] == "finalized" and status["finalized_by"], status
+    picks = store.final_picks(job_id)
+    for t in summary["tasks"]:
+        records = store.records(t["workload_key"])
+        assert len({r.candidate for r in records}) == len(records)  # nothing measured twice
+        best = min((r for r in records if r.valid), key=lambda r: r.run_us)
+        assert picks[t["workload_key"]] == best.candidate  # finalized once, with the best
+        assert t["best_us"] == pytest.approx(best.run_us, rel=1e-3, abs=1e-3)
+    again = run_farm(["wait", job_id, "--out", str(tmp_path / "again")], tmp_path,
+                     env=lab["env"], timeout_s=900)  # a second waiter: same final choice
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert store.job_status(job_id)["finalized_by"] == status["finalized_by"]
+    assert store.final_picks(job_id) == picks
+
+
+# Last: it kills host 2.
 def test_a_killed_host_disappears_after_its_heartbeat_expires(lab, tmp_path):
     wait_devices(lab, tmp_path, {HOST1, HOST2})
     lab["workers"][HOST2].signal(signal.SIGKILL)
     wait_devices(lab, tmp_path, {HOST1}, timeout_s=60)
-
-

@@ -1,5 +1,6 @@
-"""Stop the submitting client half-way, submit the same model again: the job resumes from the
-store, no candidate is measured twice, and the final log holds the best of all records."""
+"""Stop the submitting client half-way, then `farm resume JOB`: the job continues from the
+store under its own id, no candidate is measured twice, and the final log holds the best of all
+records. (Submitting the same model again resumes too: test_submit_embedded.)"""
 
 from __future__ import annotations
 
@@ -49,10 +50,15 @@ def test_interrupted_job_resumes_from_the_store(example_models, tmp_path):
     assert not (tmp_path / "first").exists()  # nothing half-written
     assert [p for p in started_pids(home) if alive(p[0])] == []
 
-    again = run_farm([*args, "--out", str(tmp_path / "again")], home)
+    job_id = err.split("plan: job ")[1].split()[0]
+    again = run_farm(["resume", job_id], home)
     assert again.returncode == 0, again.stderr[-3000:]
-    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert f"job {job_id} resumed (run 2)" in again.stderr
+    summary = json.loads((tmp_path / "first" / "summary.json").read_text())  # the job's --out
+    assert summary["job_id"] == job_id and summary["run"] == 1
     assert sum(t["trials_from_store"] for t in summary["tasks"]) >= 6  # resumed, not restarted
+    assert all(t["state"] in ("done", "exhausted") for t in summary["tasks"])
+    assert summary["numerics_ok"]
 
     svc, url = services.start_redis(home / "redis", tmp_path / "logs")  # read the store
     try:

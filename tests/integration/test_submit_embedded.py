@@ -88,13 +88,35 @@ def test_report_is_self_contained(first_run):
     assert "TVM tuned" in page and "torch eager" in page
 
 
+def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
+    from tests.helpers import png_pixels, screenshot
+
+    _, out, proc, _ = first_run
+    assert proc.returncode == 0
+    summary = json.loads((out / "summary.json").read_text())
+    png = tmp_path / "report.png"
+    screenshot(out / "report.html", png, width=1200, height=200 + 170 * len(summary["tasks"]))
+    pixels = png_pixels(png)
+
+    def near(rgb, p, tol=40):
+        return all(abs(a - b) < tol for a, b in zip(rgb, p, strict=True))
+
+    curve = sum(1 for p in pixels if near((0x1F, 0x77, 0xB4), p))  # tuning curves' stroke
+    bars = sum(1 for p in pixels if p == (0xFF, 0x7F, 0x0E))  # latency and share bars
+    tuned = sum(1 for t in summary["tasks"] if t["best_us"] is not None)
+    assert curve >= 100 * min(tuned, 3), curve  # the plots were drawn, not just the text
+    assert bars >= 500, bars
+
+
 def test_status_from_another_terminal_while_the_job_runs(first_run):
     *_, status = first_run
     assert status is not None, "farm status never showed the running job"
     job = status[0]
     assert job["device_key"] == "cpu-local" and job["status"]["state"] == "running"
     assert all(t["state"] in ("queued", "waiting", "tuning", "done", "exhausted")
-               for t in job["tasks"].values())
+               for t in job["tasks"])
+    assert job["trials_left"] >= 0 and job["trials_per_min"] >= 0
+    assert job["eta_s"] is None or job["eta_s"] >= 0
 
 
 def test_embedded_farm_leaves_no_process_behind(first_run):

@@ -124,3 +124,23 @@ def test_allocate_never_exceeds_the_budget(store):
     assert store.allocate("j", 4, 10) == 2
     assert store.allocate("j", 4, 10) == 0
     assert store.allocate("other", 3, 10) == 3
+
+
+def test_finalize_once_keeps_the_first_choice(store):
+    store.add_record(rec("a", 5.0))
+    assert store.get_record("wk", "a").run_us == 5.0
+    assert store.get_record("wk", "nope") is None
+    assert store.final_picks("j1") is None
+    picks, first = store.finalize_once("j1", {"wk": "a"})
+    assert first and picks == {"wk": "a"}
+    picks, first = store.finalize_once("j1", {"wk": "b"})  # a late finalizer gets the first
+    assert not first and picks == {"wk": "a"}
+    assert store.final_picks("j1") == {"wk": "a"}
+    store.set_task_state("j1", "wk", TaskState(state="done"))
+    store.allocate("j1", 5, 10)
+    store.reset_job("j1")  # a resumed job runs again and is finalized again
+    assert store.final_picks("j1") is None
+    assert store.task_states("j1") == {} and store.job_measured("j1") == {}
+    assert store.allocate("j1", 10, 10) == 10
+    assert store.record_count("wk") == 1  # records are never forgotten
+    assert store.finalize_once("j1", {"wk": "b"}) == ({"wk": "b"}, True)

@@ -1,0 +1,83 @@
+"""What `farm status` and a waiting `farm submit` show: per job, per task a bar, the best
+latency and the state; totals, the measured trial rate and an ETA. Built from the store only,
+so any terminal on the farm (not just the submitting one) sees the same."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from farm.messages import JobSpec
+from farm.store import RecordStore, TaskState
+
+BAR = 20
+
+
+def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict[str, Any]:
+    """A job's progress as JSON (what `farm status --json` prints)."""
+    now = now or time.time()
+    states = store.task_states(job.job_id)
+    measured = store.job_measured(job.job_id)
+    status = store.job_status(job.job_id)
+    tasks, left = [], 0
+    for wk in job.workload_keys:
+        st = states.get(wk, TaskState(state="queued", message="not dispatched yet"))
+        have = store.record_count(wk)
+        goal = max(job.trials_per_task, have) if not st.terminal else have
+        if not st.terminal:
+            left += max(0, job.trials_per_task - have)
+        tasks.append({"name": job.task_names.get(wk, wk), "workload_key": wk,
+                      "trials_measured": measured.get(wk, 0), "trials_in_store": have,
+                      "trials_goal": goal, **st.to_json()})
+    done = sum(measured.values())
+    if job.trials_budget:  # a job budget: what is left of it, not of every task's cap
+        left = min(left, max(0, job.trials_budget - done))
+    started = float(status.get("started_at") or job.created_at or now)
+    elapsed = max(1e-9, now - started)
+    rate = done / elapsed * 60 if done else 0.0  # trials per minute, over the job so far
+    finished = sum(1 for t in tasks if t["state"] in ("done", "exhausted", "failed"))
+    running = status.get("state", "running") == "running" and finished < len(tasks)
+    eta = left / rate * 60 if running and rate > 0 else None
+    return {"job_id": job.job_id, "model": job.model, "device_key": job.device_key,
+            "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
+            "tasks_finished": finished, "trials_measured": done, "trials_left": left,
+            "trials_per_min": round(rate, 2), "elapsed_s": round(elapsed, 1),
+            "eta_s": None if eta is None else round(eta, 1)}
+
+
+def _bar(done: int, goal: int) -> str:
+    filled = BAR if goal <= 0 else min(BAR, round(BAR * done / goal))
+    return "#" * filled + "." * (BAR - filled)
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _state(t: dict[str, Any]) -> str:
+    if t["state"] == "tuning" and t.get("host"):
+        return f"tuning on {t['host']}"
+    if t["state"] == "failed":
+        return f"failed: {t['message']}"
+    return t["state"]
+
+
+def render(view: dict[str, Any], width: int = 48) -> str:
+    """The view as terminal lines."""
+    st = view["status"].get("state", "running")
+    head = (f"job {view['job_id']} ({view['model']}, {view['device_key']}, {st}): "
+            f"{view['tasks_finished']}/{len(view['tasks'])} tasks, "
+            f"{view['trials_measured']} trials measured at {view['trials_per_min']:.1f}/min, "
+            f"{view['trials_left']} left, elapsed {_duration(view['elapsed_s'])}, "
+            f"ETA {_duration(view['eta_s'])}")
+    lines = [head]
+    for t in view["tasks"]:
+        best = f"{t['best_us']:.1f} us" if t.get("best_us") else "-"
+        lines.append(f"  {t['name'][:width]:{width}} [{_bar(t['trials_in_store'], t['trials_goal'])}] "
+                     f"{t['trials_in_store']:4}/{t['trials_goal']:<4} best {best:>11}  {_state(t)}")
+        if t["state"] in ("waiting", "queued", "tuning") and t.get("message"):
+            lines.append(f"  {'':{width}}   {t['message']}")
+    return "\n".join(lines)

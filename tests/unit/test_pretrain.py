@@ -1,0 +1,83 @@
+"""A round's cost model starts trained on the workload's stored records (not a cold start)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from farm.profiles import resolve_profile
+from farm.store import StoredRecord, candidate_hash, open_store
+from tests.unit.test_cache import matmul_mod
+
+
+def seed(store, n: int = 64, count: int = 120):
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from farm.extract import workload_key
+    from farm.messages import TuneTask
+
+    profile = resolve_profile("cpu-local", {})
+    mod = matmul_mod(n)
+    target = tvm.target.Target(profile.target_json())
+    wk = workload_key(tvm_ffi.structural_hash(mod), profile.target_json(), profile.key)
+    store.put_workload(TuneTask(name="matmul", workload_key=wk, weight=1,
+                                mod_json=tvm.ir.save_json(mod), target=profile.target_json(),
+                                device_key=profile.key))
+    factors = [1, 2, 4, 8, 16, 32, 64]
+    truth = {}
+    for fi, fj, fk in itertools.islice(itertools.product(factors, repeat=3), count):
+        sch = Schedule(mod)
+        i, j, k = sch.get_loops(sch.get_sblock("C"))
+        sch.split(i, factors=[None, fi])
+        sch.split(j, factors=[None, fj])
+        sch.split(k, factors=[None, fk])
+        us = 10.0 + 100.0 / fj + 3.0 * abs(np.log2(fi) - 2)  # a made-up, learnable cost
+        rec = TuningRecord(sch.trace, Workload(mod), [us / 1e6], target,
+                           ArgInfo.from_prim_func(mod["main"])).as_json()
+        cand = candidate_hash(rec)
+        store.add_record(StoredRecord(workload_key=wk, candidate=cand, record=rec, run_us=us,
+                                      job_id="seed"))
+        truth[cand] = us
+    return wk, mod, target, truth
+
+
+def test_cost_model_is_trained_on_stored_records():
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from workers.database import pretrained_cost_model
+
+    store = open_store("memory://")
+    wk, mod, target, truth = seed(store)
+    workload = Workload(mod)
+    model, learned = pretrained_cost_model(store, wk, workload, target)
+    assert learned == len(truth) == store.record_count(wk) >= 100
+    assert model.data_size == learned
+    assert model.booster is not None  # trained: past XGBModel's 100 random warm-up samples
+    recs = store.records(wk)
+    cands = [TuningRecord.from_json(r.record, workload).as_measure_candidate() for r in recs]
+    scores = model.predict(TuneContext(mod=mod, target=target, task_name="t"), cands)
+    # predictions are throughput-like (higher = faster): they must rank like the truth
+    rank_pred = np.argsort(np.argsort(-np.asarray(scores)))
+    rank_true = np.argsort(np.argsort([r.run_us for r in recs]))
+    rho = np.corrcoef(rank_pred, rank_true)[0, 1]
+    assert rho > 0.4, rho  # an untrained model predicts at random (rho ~ 0)
+
+
+def test_no_records_gives_an_untrained_model():
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    from workers.database import pretrained_cost_model
+
+    store = open_store("memory://")
+    mod = matmul_mod(16)
+    import tvm
+
+    model, learned = pretrained_cost_model(store, "nothing", Workload(mod),
+                                           tvm.target.Target({"kind": "llvm"}))
+    assert learned == 0 and model.booster is None

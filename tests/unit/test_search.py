@@ -1,0 +1,120 @@
+"""The store-aware search: a candidate the store holds never reaches a builder or a phone again
+(real MetaSchedule search, builder and runner on this CPU)."""
+
+from __future__ import annotations
+
+import tempfile
+
+from farm.store import open_store
+from tests.unit.test_cache import matmul_mod
+
+BUILDER: dict = {}  # one warm build process for both runs (a fresh pool costs ~20 s a batch)
+
+
+def tune(store, wk, mod, target, trials, job):
+    from tvm.s_tir import meta_schedule as ms
+
+    from workers.builder import WarmBuilder
+    from workers.callback import RoundCounters, StoreCallback
+    from workers.database import StoreDatabase
+    from workers.search import StoreAwareSearch
+
+    database = StoreDatabase(store, wk, mod)
+    search = StoreAwareSearch(store, wk, database.workload, target)
+    counters = RoundCounters()
+    with tempfile.TemporaryDirectory() as work_dir:
+        ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
+                    num_trials_per_iter=8, builder=BUILDER.setdefault("b", WarmBuilder(1, 60, 64)),
+                    runner=ms.runner.LocalRunner(), database=database, cost_model="random",
+                    strategy=search, num_tuning_cores=1, task_scheduler="round-robin",
+                    measure_callbacks=[StoreCallback(store, wk, database.workload, target, job,
+                                                     "here", counters)], seed=7)
+    return counters, search
+
+
+def test_stored_candidates_are_not_measured_again():
+    import tvm
+
+    from farm.messages import TuneTask
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    store.put_workload(TuneTask(name="mm", workload_key="wk", weight=1,
+                                mod_json=tvm.ir.save_json(mod), target={"kind": "llvm"},
+                                device_key="cpu-local"))
+    first, _ = tune(store, "wk", mod, target, 8, "j1")
+    assert first.new == store.record_count("wk") >= 8
+    # Another round, warm from the store (its search starts from the stored best).
+    second, search = tune(store, "wk", mod, target, 8, "j2")
+    assert second.duplicates == 0  # nothing already stored was built and measured again
+    assert store.job_measured("j2").get("wk", 0) == second.new >= 1
+    cands = [r.candidate for r in store.records("wk")]
+    assert len(cands) == len(set(cands)) == first.new + second.new
+
+
+class FakeInner:
+    """Stands in for TVM's EvolutionarySearch: proposes fixed batches, records notifications."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.notified = []
+
+    def generate_measure_candidates(self):
+        return self.batches.pop(0) if self.batches else None
+
+    def notify_runner_results(self, cands, results):
+        self.notified.append((list(cands), list(results)))
+
+
+def candidates(mod, count):
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    out = []
+    for f in [1, 2, 4, 8, 16, 32][:count]:
+        sch = Schedule(mod)
+        sch.split(sch.get_loops(sch.get_sblock("C"))[0], factors=[None, f])
+        out.append(MeasureCandidate(sch, ArgInfo.from_prim_func(mod["main"])))
+    return out
+
+
+def test_the_search_never_hands_out_a_stored_candidate():
+    import tvm
+    from tvm.s_tir.meta_schedule.database import Workload
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from farm.store import StoredRecord, candidate_hash
+    from workers.search import MAX_KNOWN_BATCHES, StoreAwareSearch, record_of
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
+    c = candidates(mod, 4)
+
+    def stored(cand, us, err=None):
+        rec = record_of(cand, workload, target, None if err else [us * 1e-6])
+        store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec),
+                                      record=rec, run_us=None if err else us, error_class=err))
+
+    stored(c[0], 5.0)
+    stored(c[2], 0.0, err="culprit")  # crashed phones: must never be handed out again
+    inner = FakeInner([[c[0], c[1], c[2], c[3]], [c[0], c[2]], [c[0]]])
+    search = StoreAwareSearch(store, "wk", workload, target, inner=inner)
+    fresh = search.generate_measure_candidates()
+    assert [candidate_hash(record_of(x, workload, target)) for x in fresh] == [
+        candidate_hash(record_of(x, workload, target)) for x in (c[1], c[3])]
+    search.notify_runner_results(fresh, [RunnerResult([1e-6], None), RunnerResult([2e-6], None)])
+    cands, results = inner.notified[0]  # the search hears of all four, in its own order
+    assert len(cands) == 4
+    secs = [r.run_secs and round(float(r.run_secs[0]) * 1e6, 3) for r in results]
+    assert secs == [5.0, 1.0, None, 2.0]
+    assert search.counts["skipped"] == 2
+    # batches of stored candidates only are answered from the store, then the search ends
+    assert search.generate_measure_candidates() is None
+    assert search.counts["skipped"] == 5 and len(inner.notified) == 3
+    endless = FakeInner([[c[0]]] * (MAX_KNOWN_BATCHES + 5))
+    assert StoreAwareSearch(store, "wk", workload, target,
+                            inner=endless).generate_measure_candidates() is None
+    assert len(endless.notified) == MAX_KNOWN_BATCHES

@@ -1,0 +1,105 @@
+"""MetaSchedule's evolutionary search, minus the candidates the store already holds.
+
+TVM's EvolutionarySearch only avoids candidates measured in the current round
+(its source says: "TODO: add records from the database to avoid re-measuring").
+Across rounds, hosts and jobs it proposes stored candidates again, and each costs
+a build and a phone run only to be thrown away as a duplicate; a culprit (a
+candidate that crashed phones) would crash them again. This wrapper drops every
+stored candidate before the builder sees it, and tells the search their stored
+results instead, so the search learns from them as if measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
+
+from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store.store import FAILED_RUN_SECS
+
+log = logging.getLogger(__name__)
+MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
+
+
+def record_of(cand: Any, workload: Workload, target: Any,
+              run_secs: list[float] | None = None) -> list[Any]:
+    """The TuningRecord JSON of a measure candidate (what the store keeps and hashes)."""
+    return TuningRecord(cand.sch.trace, workload, run_secs or [FAILED_RUN_SECS], target,
+                        cand.args_info).as_json()
+
+
+def stored_result(rec: StoredRecord) -> RunnerResult:
+    if rec.valid:
+        return RunnerResult(run_secs=[float(rec.run_us) * 1e-6], error_msg=None)  # type: ignore[arg-type]
+    return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
+
+
+@derived_object
+class StoreAwareSearch(PySearchStrategy):
+    def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
+                 inner: Any = None, counts: dict[str, int] | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.workload_key = workload_key
+        self.workload = workload
+        self.target = target
+        self.inner = inner if inner is not None else SearchStrategy.create("evolutionary")
+        # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
+        # search proposed and nobody measured
+        self.counts = counts if counts is not None else {"skipped": 0}
+        self._batch: tuple[list[Any], dict[int, StoredRecord]] | None = None
+
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
+                   database: Any = None, cost_model: Any = None) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
+                              cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def _known(self, cands: list[Any]) -> dict[int, StoredRecord]:
+        known = {}
+        for i, cand in enumerate(cands):
+            rec = self.store.get_record(self.workload_key,
+                                        candidate_hash(record_of(cand, self.workload, self.target)))
+            if rec is not None:
+                known[i] = rec
+        return known
+
+    def generate_measure_candidates(self) -> list[Any] | None:
+        for _ in range(MAX_KNOWN_BATCHES):
+            cands = self.inner.generate_measure_candidates()
+            if cands is None:
+                return None
+            cands = list(cands)
+            known = self._known(cands)
+            self.counts["skipped"] += len(known)
+            fresh = [c for i, c in enumerate(cands) if i not in known]
+            if fresh:
+                self._batch = (cands, known)
+                return fresh
+            self.inner.notify_runner_results(cands, [stored_result(known[i])
+                                                     for i in range(len(cands))])
+        log.info("workload %s: the search proposed only stored candidates %d times in a row; "
+                 "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
+        return None
+
+    def notify_runner_results(self, measure_candidates: list[Any], results: list[Any]) -> None:
+        assert self._batch is not None, "notify_runner_results without a batch"
+        cands, known = self._batch
+        self._batch = None
+        fresh = iter(results)
+        full = [stored_result(known[i]) if i in known else next(fresh) for i in range(len(cands))]
+        self.inner.notify_runner_results(cands, full)
+
+    def clone(self) -> Any:
+        return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
+                                self.inner.clone(), self.counts)
