@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: venv browser demo test test-fast bench lint clean
+.PHONY: venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,14 +23,24 @@ demo: venv examples/resnet.pt2
 	FARM_HOME=$${FARM_HOME:-$(CURDIR)/runs/.farm-home} $(BIN)/farm submit examples/resnet.pt2 \
 		--trials-per-task $(TRIALS) --out runs/demo --force
 
-# The report test renders report.html in a real headless Chromium (Debian's package).
-browser:
-	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || true
-	@command -v chromium >/dev/null || echo "make: chromium is missing (as root: apt-get \
-		install chromium); the report test will fail"
+# Debian packages some tests need: Chromium (the report is rendered in a real browser) and,
+# for the emulated arm64 phone, qemu user mode, debootstrap and the aarch64 cross compiler.
+SYSTEM_TOOLS = chromium:chromium qemu-aarch64-static:qemu-user-static \
+	debootstrap:debootstrap aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
 
-test: venv browser
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || \
+		PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null || \
+		missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else echo "make: missing Debian packages:$$missing (apt-get install them as root)"; fi; \
+	fi
+
+arm64-tools browser: system-deps
+
+test: venv system-deps
 	$(BIN)/python -m pytest -q -rfE
 
 test-fast: venv

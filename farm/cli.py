@@ -96,11 +96,13 @@ def cmd_phones(args: argparse.Namespace) -> int:
     log_dir = Path(args.log_dir)
     group = services.ServiceGroup()
     try:
+        home = Path(_config(args).home)
         for i in range(args.count):
-            group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads))
+            group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
+                                           arch=args.arch, home=home))
         from farm.tracker import wait_for_phones
 
-        wait_for_phones(args.tracker, args.key, args.count, timeout_s=60)
+        wait_for_phones(args.tracker, args.key, args.count, timeout_s=300 if args.arch else 60)
         print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker} "
               f"(logs in {log_dir}); Ctrl-C stops them", file=sys.stderr)
         while True:
@@ -388,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     ph.add_argument("--tracker", default="127.0.0.1:9190")
     ph.add_argument("--threads", type=int, default=1)
     ph.add_argument("--log-dir", default="phones-logs")
+    ph.add_argument("--arch", default="", choices=["", "arm64"],
+                    help="arm64: aarch64 TVM under qemu user mode (set up once in "
+                         "$FARM_HOME/arm64-sim; needs qemu-user-static, debootstrap, "
+                         "g++-aarch64-linux-gnu)")
     ph.set_defaults(func=cmd_phones)
 
     st = sub.add_parser("status", help="progress of jobs on a farm")

@@ -131,6 +131,7 @@ def compile_and_check(
     inputs: list[np.ndarray], expected: list[np.ndarray], tracker: str | None, device_key: str,
     task_names: dict[str, str], tuned_names: set[str], untunable: list[str],
     rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 15, number: int = 5,
+    fcompile: Any = None,
 ) -> CompileResult:
     """Build tuned and untuned, run both on a phone, compare with torch, time them."""
     import tvm
@@ -155,10 +156,10 @@ def compile_and_check(
     lib = out_dir / "model.so"
     untuned_lib = out_dir / "untuned.so"
     try:
-        tuned.export_library(str(lib))
-        untuned.export_library(str(untuned_lib))
+        tuned.export_library(str(lib), fcompile=fcompile)
+        untuned.export_library(str(untuned_lib), fcompile=fcompile)
     except Exception as e:  # noqa: BLE001
-        raise CompileError(f"cannot export the library (is g++ installed?): {e}",
+        raise CompileError(f"cannot export the library (is the compiler installed?): {e}",
                            subject=str(lib)) from e
     with device_session(tracker, device_key) as (remote, dev):
         outs, tuned_us = run_and_time(lib, remote, dev, inputs, repeat, number)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,18 +47,12 @@ def check_tools() -> str:
 
 
 def check_cross_compiler(profile: DeviceProfile) -> str:
-    cc = os.path.expandvars(profile.cc or "")
-    if not cc or cc.startswith("$"):
-        raise RuntimeError(f"the profile's compiler {profile.cc!r} is not set")
-    path = shutil.which(cc) or (cc if Path(cc).exists() else None)
-    if path is None:
-        raise RuntimeError(f"compiler {cc} does not exist")
-    machine = subprocess.run([path, "-dumpmachine"], capture_output=True, text=True,
-                             timeout=30).stdout.strip()
-    want = str(profile.target.get("mtriple", ""))
-    if want and want.split("-")[0] not in machine:
-        raise RuntimeError(f"{cc} targets {machine}, the profile needs {want}")
-    return f"{cc} targets {machine}"
+    from farm.cross import check_triple
+
+    try:
+        return check_triple(profile)
+    except FarmError as e:
+        raise RuntimeError(str(e)) from e
 
 
 def check_store(url: str) -> str:
@@ -99,9 +91,12 @@ def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     host, _, port = tracker.rpartition(":")
     t0 = time.perf_counter()
     remote = rpc.connect_tracker(host, int(port)).request(profile.key, session_timeout=60)
+    from farm.cross import fcompile
+
+    cross = fcompile(profile)
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "doctor.tar"
-        lib.export_library(str(path), fcompile=tar)
+        path = Path(d) / ("doctor.so" if cross else "doctor.tar")
+        lib.export_library(str(path), fcompile=cross or tar)
         remote.upload(str(path))
         rlib = remote.load_module(path.name)
     dev = remote.cpu(0)

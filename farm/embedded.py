@@ -137,15 +137,15 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def embedded_farm(config: FarmConfig, threads: int = 1) -> Iterator[EmbeddedFarm]:
+def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "") -> Iterator[EmbeddedFarm]:
     home = Path(config.home)
-    with _home_lock(home) as log_dir, _services(config, home, log_dir, threads) as farm:
+    with _home_lock(home) as log_dir, _services(config, home, log_dir, threads, arch) as farm:
         yield farm
 
 
 @contextlib.contextmanager
-def _services(config: FarmConfig, home: Path, log_dir: Path,
-              threads: int) -> Iterator[EmbeddedFarm]:
+def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
+              arch: str = "") -> Iterator[EmbeddedFarm]:
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     try:
         redis_svc, url = services.start_redis(home / "redis", log_dir)
@@ -153,10 +153,13 @@ def _services(config: FarmConfig, home: Path, log_dir: Path,
         tracker_svc, tracker = services.start_tracker(log_dir)
         group.add(tracker_svc)
         for i in range(config.phones):
-            group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads))
+            group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
+                                           arch=arch, home=home))
         from farm.tracker import wait_for_phones
 
-        wait_for_phones(tracker, config.device_key, config.phones, timeout_s=60)
+        # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
+        wait_for_phones(tracker, config.device_key, config.phones,
+                        timeout_s=300 if arch else 60)
         group.add(services.start_worker(tracker, url, log_dir, env=config_env(config)))
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
                  config.phones, config.device_key, log_dir)

@@ -28,6 +28,8 @@ class DeviceProfile:
     min_repeat_ms: int = 0
     cooldown_s: float = 0.0
     notes: str = ""
+    emulate: str = ""  # "arm64": the embedded farm's phones run this CPU under qemu
+    check_outputs: bool = True  # compare each candidate's output with the unscheduled kernel
     extra: dict[str, Any] = field(default_factory=dict)
 
     def target_json(self) -> dict[str, Any]:
@@ -63,6 +65,30 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         cc="$TVM_NDK_CC",
         threads=4,
         notes="An Android phone running the TVM RPC app; set TVM_NDK_CC to the NDK clang++.",
+    ),
+    "android-arm64-opencl": DeviceProfile(
+        key="android-arm64-opencl",
+        target={
+            "kind": "opencl",
+            "host": {"kind": "llvm", "mtriple": "aarch64-linux-android", "mattr": ["+neon"]},
+        },
+        export="cross",
+        cc="$TVM_NDK_CC",
+        threads=4,
+        notes="The phone's GPU through OpenCL. The PyPI TVM build generates OpenCL code but "
+              "has no OpenCL runtime: only phones whose TVM RPC app is built with OpenCL can "
+              "run it (not the embedded farm's emulated phones).",
+    ),
+    "arm64-sim": DeviceProfile(
+        key="arm64-sim",
+        target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+        export="cross",
+        cc="aarch64-linux-gnu-g++",
+        threads=1,
+        number=1,
+        emulate="arm64",
+        notes="An emulated arm64 phone: aarch64 TVM under qemu user mode on this machine "
+              "(`farm phones --arch arm64`); cross-compiled like an NDK profile.",
     ),
 }
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.errors import ServiceError
+from farm.errors import ServiceError, UsageError
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -156,12 +156,22 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
-                host: str = LOOPBACK) -> Service:
-    """An emulated phone: a real TVM RPC server on loopback, registered under `key`."""
+                host: str = LOOPBACK, arch: str = "", home: Path | None = None) -> Service:
+    """An emulated phone: a real TVM RPC server on loopback, registered under `key`. With
+    arch "arm64" it runs aarch64 TVM under qemu (farm/arm64sim.py; set up once in `home`)."""
     port = free_port(host)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    python = [sys.executable]
+    if arch == "arm64":
+        from farm import arm64sim
+        from farm.config import default_home
+
+        python = arm64sim.python_argv(arm64sim.prepare(home or default_home()))
+        env = arm64sim.phone_env(threads)
+    elif arch:
+        raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
     return start(f"phone-{key}-{index}",
-                 [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
+                 [*python, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1)],
                  log_dir, env)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from farm import compile as compile_stage
+from farm import cross, keys
 from farm import extract as extract_stage
 from farm import finalize as finalize_stage
 from farm import ingest as ingest_stage
-from farm import keys
 from farm import plan as plan_stage
 from farm import report as report_stage
 from farm.config import FarmConfig
@@ -119,18 +119,11 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
                    check_alive=lambda: None, embedded=False)
         store.close()
         return
-    import platform
-
     from farm.embedded import embedded_farm
 
     profile = resolve_profile(config.device_key, config.profiles)
-    triple = str(profile.target.get("mtriple", ""))
-    if triple and not triple.startswith(platform.machine()):
-        raise UsageError(f"the embedded farm emulates phones on this {platform.machine()} CPU, "
-                         f"but profile {profile.key} targets {triple}",
-                         subject=f"device key {profile.key}",
-                         hint="submit to a lab farm with phones of that key (FARM_BROKER_URL)")
-    with embedded_farm(config, threads=profile.threads) as farm:
+    check_embedded(profile)
+    with embedded_farm(config, threads=profile.threads, arch=profile.emulate) as farm:
         cfg = replace(config, broker_url=farm.broker_url)
         store = open_store(farm.broker_url)
         store.ping()
@@ -139,6 +132,26 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
                        check_alive=farm.group.check_alive, embedded=True)
         finally:
             store.close()
+
+
+def check_embedded(profile: Any) -> None:
+    """Refuse, with the reason, a profile the embedded farm's emulated phones cannot run."""
+    import platform
+
+    if profile.target.get("kind") != "llvm":
+        raise UsageError(f"the embedded farm's phones are CPUs; profile {profile.key} targets "
+                         f"{profile.target.get('kind')} (the PyPI TVM build has no OpenCL or "
+                         f"GPU runtime)", subject=f"device key {profile.key}",
+                         hint="submit to a lab farm whose phones run a TVM RPC app built with "
+                              "it (FARM_BROKER_URL)")
+    triple = str(profile.target.get("mtriple", ""))
+    emulated = {"arm64": "aarch64"}.get(profile.emulate, platform.machine())
+    if triple and not triple.startswith(emulated):
+        raise UsageError(f"the embedded farm emulates phones of this {emulated} CPU, "
+                         f"but profile {profile.key} targets {triple}",
+                         subject=f"device key {profile.key}",
+                         hint="submit to a lab farm with phones of that key (FARM_BROKER_URL), "
+                              "or use --device-key arm64-sim for an emulated arm64 phone")
 
 
 def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
@@ -315,7 +328,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
             prep.bundle.inputs, prep.bundle.outputs, farm.tracker, prep.profile.key,
             {t.workload_key: t.name for t in tasks},
             {t.name for t in tasks if bests.get(t.workload_key) is not None},
-            prep.extracted.untunable,
+            prep.extracted.untunable, fcompile=cross.fcompile(prep.profile),
         )
         summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
                                result, prep.profile, time.monotonic() - t0)
@@ -519,10 +532,14 @@ def format_table(summary: dict[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lat = summary["latency_us"]
     lines.append("")
+    foreign = "target" in summary and "mtriple" in summary["target"]
+    torch_where = " (torch on this machine's CPU: not comparable)" if foreign else ""
     lines.append(f"latency (us, {summary['threads']} thread(s), {summary['measured_on']}): "
-                 f"torch {lat['torch']:.1f}  untuned {lat['untuned']:.1f}  tuned {lat['tuned']:.1f}")
-    lines.append(f"speed-up: {summary['speedup']['tuned_vs_untuned']:.2f}x vs untuned, "
-                 f"{summary['speedup']['tuned_vs_torch']:.2f}x vs torch; numerics "
+                 f"torch {lat['torch']:.1f}  untuned {lat['untuned']:.1f}  tuned {lat['tuned']:.1f}"
+                 f"{torch_where}")
+    vs_torch = "" if foreign else f", {summary['speedup']['tuned_vs_torch']:.2f}x vs torch"
+    lines.append(f"speed-up: {summary['speedup']['tuned_vs_untuned']:.2f}x vs untuned"
+                 f"{vs_torch}; numerics "
                  f"{'match torch' if summary['numerics_ok'] else 'DO NOT match torch'} "
                  f"(max abs err {summary['max_abs_err']:.2e})")
     fb = summary["schedules"]["fallback"]

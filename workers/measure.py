@@ -56,13 +56,23 @@ class WorkerContext:
         return resolve_profile(key, self.config.profiles)
 
     def builder(self, profile: DeviceProfile) -> Any:
-        if profile.export not in self._builders:
+        """The warm builder of the profile's export: `local` (a tar the phone links) or
+        `cross` (a .so linked here by the profile's compiler, e.g. the NDK's)."""
+        f_export = None
+        if profile.export == "cross":
+            import functools
+
+            from farm.cross import compiler, export_cross
+
+            f_export = functools.partial(export_cross, compiler(profile))
+        slot = f"{profile.export}:{f_export.args[0] if f_export else ''}"
+        if slot not in self._builders:
             from workers.builder import WarmBuilder
 
-            self._builders[profile.export] = WarmBuilder(
+            self._builders[slot] = WarmBuilder(
                 max_workers=self.config.builder_workers, timeout_s=self.config.build_timeout_s,
-                max_uses=self.config.builder_max_uses)
-        return self._builders[profile.export]
+                max_uses=self.config.builder_max_uses, f_export=f_export)
+        return self._builders[slot]
 
     def runner(self, profile: DeviceProfile, phones: int) -> Any:
         slot = (profile.key, max(1, phones))
@@ -222,6 +232,16 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
                              ctx.host, counters, on_progress)
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
+    runner = ctx.runner(profile, phones)
+    reference = None
+    if profile.check_outputs and not single:
+        from farm.cross import build_reference
+
+        try:
+            reference = build_reference(mod, target, profile, work_dir)
+        except Exception as e:  # noqa: BLE001 - tune unchecked rather than not at all
+            log.warning("round %s: no reference kernel for output checks: %s", req.round_id, e)
+    runner.set_reference(reference)
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d, "
              "%d phones)", req.round_index + 1, task.name, ctx.host, trials,
              req.target_trials - missing, learned, phones)
@@ -229,7 +249,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,
             num_trials_per_iter=min(BATCH, trials),
-            builder=ctx.builder(profile), runner=ctx.runner(profile, phones),
+            builder=ctx.builder(profile), runner=runner,
             database=database, cost_model=cost_model if cost_model is not None else "xgb",
             measure_callbacks=[callback, ms.measure_callback.RemoveBuildArtifact(),
                                ms.measure_callback.UpdateCostModel()],
@@ -241,6 +261,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
             raise counters.store_error from e
         raise
     finally:
+        runner.set_reference(None)
         shutil.rmtree(work_dir, ignore_errors=True)
     log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
              "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,

@@ -7,9 +7,18 @@ of it). So a kernel that is merely slow is ended by a phone that still answers
 (a "timeout" failure of that kernel), while no answer at all by the pool's
 deadline means the phone froze or vanished ("device_lost": the candidate is not
 stored and is measured again).
+
+It also checks every candidate's output (profiles with `check_outputs`): before
+timing, the candidate and the workload's unscheduled kernel (the reference,
+built once per round with the same export) run on the same inputs on the phone;
+a candidate whose output differs is a `wrong_answer`, stored as failed, never best.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
@@ -35,11 +44,67 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         )
         self.pool.shutdown()
         self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
+        self.reference: str | None = None
+
+    def set_reference(self, path: str | None) -> None:
+        """The reference kernel of the workload being tuned (None: no output check)."""
+        self.reference = path
+
+    def run(self, runner_inputs: list[Any]) -> list[Any]:
+        self.f_run_evaluator = (functools.partial(checked_run_evaluator, self.reference)
+                                if self.reference else None)
+        return super().run(runner_inputs)
+
+
+WRONG = "wrong answer"
+
+
+def outputs_match(got: Any, want: Any) -> tuple[bool, float]:
+    """Allclose with a tolerance relative to the reference's magnitude (float sums reorder)."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return False, float("inf")
+    if got.dtype.kind not in "fc":
+        return bool(np.array_equal(got, want)), 0.0 if np.array_equal(got, want) else 1.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isfinite(g), finite):
+        return False, float("inf")
+    err = float(np.abs(g[finite] - w[finite]).max()) if finite.any() else 0.0
+    scale = float(np.abs(w[finite]).max()) if finite.any() else 0.0
+    return err <= 1e-3 * max(1.0, scale), err
+
+
+def checked_run_evaluator(reference: str, session: Any, rt_mod: Any, device: Any,
+                          evaluator_config: Any, repeated_args: list[Any]) -> list[float]:
+    """MetaSchedule's run evaluator, after an output check against the reference kernel.
+    Runs in the runner's pool processes, on the phone's RPC session."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    args = repeated_args[0]
+    inputs = [a.numpy() for a in args]
+    session.upload(reference, os.path.basename(reference))
+    ref_mod = session.load_module(os.path.basename(reference))
+    mine = [tvm.runtime.tensor(x, device) for x in inputs]
+    theirs = [tvm.runtime.tensor(x, device) for x in inputs]
+    rt_mod[rt_mod.entry_name](*mine)
+    ref_mod[ref_mod.entry_name](*theirs)
+    device.sync()
+    for i, (m, t) in enumerate(zip(mine, theirs, strict=True)):
+        ok, err = outputs_match(m.numpy(), t.numpy())
+        if not ok:
+            raise RuntimeError(f"{WRONG}: argument {i} differs from the unscheduled kernel's "
+                               f"(max abs err {err:.3g})")
+    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
 
 
 def classify_run_error(msg: str) -> str:
     """A runner error message -> failure class (device_lost is retried, never stored)."""
     low = msg.lower()
+    if WRONG in low:
+        return "wrong_answer"  # the candidate ran and computed something else
     if "rpcrunner: timeout" in low:
         return "device_lost"  # the pool's deadline: the phone did not answer at all
     if "timeout" in low or "timed out" in low:

@@ -49,3 +49,45 @@ def test_a_candidate_that_keeps_losing_phones_is_stored_as_the_culprit():
     assert rec.error_class == "culprit" and not rec.valid
     assert f"lost a phone {CULPRIT_AFTER} times" in rec.error_msg
     assert counters.failures["culprit"] == 1 and counters.device_lost == CULPRIT_AFTER - 1
+
+
+def _kernel(offset: float):
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((64,), name="A")
+    b = te.compute((64,), lambda i: a[i] * 2.0 + offset, name="B")
+    return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+
+def test_a_candidate_with_a_wrong_output_is_a_wrong_answer(tmp_path):
+    import numpy as np
+    import tvm
+    from tvm import rpc
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+    from tvm.support.tar import tar
+
+    from farm.cross import build_reference
+    from farm.profiles import resolve_profile
+    from workers.runner import checked_run_evaluator
+
+    target = tvm.target.Target({"kind": "llvm"})
+    ref = build_reference(_kernel(1.0), target, resolve_profile("cpu-local"), str(tmp_path))
+    session = rpc.LocalSession()
+    dev = session.cpu(0)
+
+    def loaded(offset: float):
+        path = tmp_path / f"cand{offset}.tar"
+        tvm.compile(_kernel(offset), target=target).export_library(str(path), fcompile=tar)
+        session.upload(str(path), path.name)
+        return session.load_module(path.name)
+
+    args = [[tvm.runtime.tensor(np.random.rand(64).astype("float32"), dev),
+             tvm.runtime.tensor(np.zeros(64, dtype="float32"), dev)]]
+    cfg = EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0)
+    costs = checked_run_evaluator(ref, session, loaded(1.0), dev, cfg, args)  # right: timed
+    assert len(costs) == 1 and costs[0] > 0
+    with pytest.raises(RuntimeError, match="wrong answer: argument 1 differs") as err:
+        checked_run_evaluator(ref, session, loaded(1.5), dev, cfg, args)
+    assert classify_run_error(f"RPCRunner: An exception occurred\nRuntimeError: {err.value}") \
+        == "wrong_answer"

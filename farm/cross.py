@@ -1,0 +1,88 @@
+"""How a candidate or a model library is exported for a device profile.
+
+`local`: a tar of object files, linked on the device by its own compiler (this
+machine's emulated phones). `cross`: a shared library linked here, on the host,
+by the profile's compiler (the Android NDK's clang++ via `$TVM_NDK_CC`, or
+`aarch64-linux-gnu-g++` for the emulated arm64 phone); the device only loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from farm.errors import UsageError
+from farm.profiles import DeviceProfile
+
+
+def compiler(profile: DeviceProfile) -> str:
+    """The profile's cross compiler as a path, checked to exist and to target its triple."""
+    cc = os.path.expandvars(profile.cc or "")
+    hint = ("set TVM_NDK_CC to the NDK's clang++, e.g. .../toolchains/llvm/prebuilt/"
+            "linux-x86_64/bin/aarch64-linux-android30-clang++"
+            if "TVM_NDK_CC" in (profile.cc or "")
+            else f"install it (Debian: apt-get install g++-{_triple(profile) or 'aarch64-linux-gnu'})")
+    if not cc or cc.startswith("$"):
+        raise UsageError(f"the profile's compiler {profile.cc!r} is not set",
+                         subject=f"profile {profile.key}", hint=hint)
+    path = shutil.which(cc) or (cc if Path(cc).is_file() else None)
+    if path is None:
+        raise UsageError(f"compiler {cc} does not exist", subject=f"profile {profile.key}",
+                         hint=hint)
+    return path
+
+
+def _triple(profile: DeviceProfile) -> str:
+    return str(profile.target.get("mtriple", ""))
+
+
+def check_triple(profile: DeviceProfile) -> str:
+    """`<cc> targets <machine>`, or a UsageError when it targets another CPU than the profile."""
+    cc = compiler(profile)
+    machine = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    want = _triple(profile)
+    if want and want.split("-")[0] not in machine:
+        raise UsageError(f"{cc} targets {machine}, the profile needs {want}",
+                         subject=f"profile {profile.key}",
+                         hint="point the profile's cc (or TVM_NDK_CC) at a compiler for it")
+    return f"{cc} targets {machine}"
+
+
+def fcompile(profile: DeviceProfile) -> Callable[..., Any] | None:
+    """`export_library`'s fcompile for the profile (None: this machine's default)."""
+    if profile.export != "cross":
+        return None
+    from tvm.support import cc as tvm_cc
+
+    return tvm_cc.cross_compiler(compiler(profile))
+
+
+def export_cross(cc: str, rt_mod: Any) -> str:
+    """A MetaSchedule builder export: link the candidate into a .so with `cc` (runs in the
+    builder's processes; the phone only uploads and loads it)."""
+    from tvm.support import cc as tvm_cc
+
+    path = os.path.join(tempfile.mkdtemp(prefix="farm-cross-"), "candidate.so")  # own folder
+    rt_mod.export_library(path, fcompile=tvm_cc.cross_compiler(cc))
+    return path
+
+
+def build_reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str) -> str:
+    """The workload's unscheduled kernel, exported for the profile's phones: the reference a
+    candidate's output is checked against (workers/runner.py)."""
+    import uuid
+
+    import tvm
+    from tvm.support.tar import tar
+
+    lib = tvm.compile(mod, target=target)
+    cross = fcompile(profile)
+    path = os.path.join(work_dir, f"reference-{uuid.uuid4().hex[:8]}.{'so' if cross else 'tar'}")
+    lib.export_library(path, fcompile=cross or tar)
+    return path

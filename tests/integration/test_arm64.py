@@ -1,0 +1,87 @@
+"""The cross path on an emulated arm64 phone: aarch64 TVM under qemu user mode, candidates and
+the model cross-compiled here with aarch64-linux-gnu-g++ (what an NDK profile does), numerics
+checked against torch. The arm64 root is made once and kept in ~/.cache between test runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from farm import arm64sim, services
+from farm.store import open_store
+from farm.tracker import wait_for_phones
+from tests.helpers import run_farm
+
+pytestmark = [pytest.mark.integration, pytest.mark.arm64]
+
+ROOT = Path(os.environ.get("FARM_ARM64_ROOT")
+            or Path.home() / ".cache" / "tunefarm-tests" / "arm64-sim")
+ENV = {"FARM_ARM64_ROOT": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def arm64_tracker(tmp_path_factory):
+    missing = arm64sim.missing_tools()
+    assert not missing, f"apt-get install {' '.join(missing)} (`make test` does it as root)"
+    os.environ["FARM_ARM64_ROOT"] = str(ROOT)
+    logs = tmp_path_factory.mktemp("arm64-logs")
+    group = services.ServiceGroup()
+    try:
+        svc, tracker = services.start_tracker(logs)
+        group.add(svc)
+        group.add(services.start_phone(tracker, "arm64-sim", 0, logs, arch="arm64",
+                                       home=logs))
+        wait_for_phones(tracker, "arm64-sim", 1, timeout_s=300)
+        yield tracker
+    finally:
+        group.stop()
+
+
+def test_doctor_cross_compiles_and_runs_a_kernel_on_the_arm64_phone(arm64_tracker, tmp_path):
+    proc = run_farm(["doctor", "--tracker", arm64_tracker, "--device-key", "arm64-sim"],
+                    tmp_path, timeout_s=300, env=ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[pass] compiler of profile arm64-sim: " in proc.stdout
+    assert "targets aarch64-linux-gnu" in proc.stdout
+    assert "[pass] a kernel on a phone: a kernel built, uploaded and ran correctly" in proc.stdout
+
+
+def test_submit_tunes_on_the_emulated_arm64_phone(arm64_tracker, tmp_path):
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(24, 12)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x)) * 0.5
+
+    torch.manual_seed(0)
+    model = tmp_path / "block.pt2"
+    torch.export.save(torch.export.export(Block().eval(), (torch.randn(2, 24),)), model)
+    out = tmp_path / "out"
+    home = tmp_path / "home"
+    proc = run_farm(["submit", str(model), "--device-key", "arm64-sim", "--trials-per-task",
+                     "2", "--phones", "1", "--out", str(out)], home, timeout_s=1500, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["device_key"] == "arm64-sim" and summary["numerics_ok"]
+    assert "phone of key arm64-sim" in summary["measured_on"]
+    assert summary["target"]["mtriple"] == "aarch64-linux-gnu"
+    assert all(t["best_us"] is not None for t in summary["tasks"])
+    elf = (out / "model.so").read_bytes()[:20]
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
+    # the records were measured on the emulated phone, for the aarch64 target
+    svc, url = services.start_redis(home / "redis", tmp_path / "logs")
+    try:
+        store = open_store(url)
+        for t in summary["tasks"]:
+            records = store.records(t["workload_key"])
+            assert records and all(r.record[2]["mtriple"] == "aarch64-linux-gnu"
+                                   for r in records)
+    finally:
+        svc.stop()
