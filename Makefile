@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,12 @@ demo: venv examples/resnet.pt2
 	FARM_HOME=$${FARM_HOME:-$(CURDIR)/runs/.farm-home} $(BIN)/farm submit examples/resnet.pt2 \
 		--trials-per-task $(TRIALS) --out runs/demo --force
 
-# Debian packages some tests need: Chromium (the report is rendered in a real browser) and,
-# for the emulated arm64 phone, qemu user mode, debootstrap and the aarch64 cross compiler.
-SYSTEM_TOOLS = chromium:chromium qemu-aarch64-static:qemu-user-static \
-	debootstrap:debootstrap aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
+# Debian packages some tests need: Chromium (the report is rendered in a real browser), the
+# compose client (docker-compose.yml is checked with it), and for the emulated arm64 phone,
+# qemu user mode, debootstrap and the aarch64 cross compiler.
+SYSTEM_TOOLS = chromium:chromium docker-compose:docker-compose \
+	qemu-aarch64-static:qemu-user-static debootstrap:debootstrap \
+	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
 
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || \
@@ -51,6 +53,9 @@ lint: venv
 
 bench: venv
 	$(BIN)/python bench/run.py
+
+bench-rss: venv
+	$(BIN)/python bench/rss.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -287,7 +287,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def flower_argv(broker_url: str, address: str, port: int, auth: str | None) -> list[str]:
-    argv = [sys.executable, "-m", "celery", "--broker", broker_url, "flower",
+    # the result backend too: Flower then shows a running round's PROGRESS state
+    argv = [sys.executable, "-m", "celery", "--broker", broker_url, "--result-backend",
+            broker_url, "flower",
             f"--address={address}", f"--port={port}", "--persistent=False"]
     if auth:
         argv.append(f"--basic-auth={auth}")

@@ -298,6 +298,46 @@ def test_a_dead_client_is_taken_over_by_farm_wait(lab, tmp_path):
     assert store.final_picks(job_id) == picks
 
 
+def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
+    from urllib.parse import quote
+
+    from celery.result import AsyncResult
+
+    from farm.config import load_config
+    from farm.dispatch import make_app
+
+    model = mlp_model(tmp_path / "progress.pt2", [30, 15])
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    proc = run_farm(["submit", str(model), "--trials-per-task", "32", "--round-trials", "32",
+                     "--out", str(tmp_path / "p"), "--no-wait"], tmp_path, env=lab["env"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = json.loads(proc.stdout)["job_id"]
+    app = make_app(load_config({"broker_url": lab["redis"]}))
+    seen, deadline = None, time.monotonic() + 600
+    try:
+        while seen is None and time.monotonic() < deadline:
+            for task_id, t in flower_tasks(lab).items():
+                if not task_id.startswith(job_id):
+                    continue
+                req = urllib.request.Request(f"{lab['flower']}/api/task/result/"
+                                             f"{quote(task_id, safe='')}")
+                req.add_header("Authorization",
+                               "Basic " + base64.b64encode(b"lab:secret").decode())
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    if json.loads(resp.read())["state"] == "PROGRESS":
+                        seen = (task_id, t, AsyncResult(task_id, app=app).info)
+                        break
+            time.sleep(0.5)
+    finally:
+        run_farm(["cancel", job_id], tmp_path, env=lab["env"], timeout_s=60)
+    assert seen is not None, "Flower never showed a round in PROGRESS"
+    task_id, task, meta = seen
+    assert "progress:fused" in task["name"] and "round 1" in task["name"]
+    assert meta["job"] == job_id and meta["trials_total"] == 32
+    assert 0 < meta["trials_done"] < 32 and meta["host"] in (HOST1, HOST2)
+    assert meta["best_us"] is None or meta["best_us"] > 0
+
+
 # Last: it kills host 2.
 def test_a_killed_host_disappears_after_its_heartbeat_expires(lab, tmp_path):
     wait_devices(lab, tmp_path, {HOST1, HOST2})
