@@ -46,7 +46,7 @@ test: venv system-deps
 	$(BIN)/python -m pytest -q -rfE
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not faults"
+	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"
 
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples

@@ -407,7 +407,8 @@ def reconcile(farm: Farm, job: JobSpec, states: dict[str, TaskState], stall_s: f
         log.warning("job %s: %s has not moved for %.0f s; re-sending its round", job.job_id,
                     job.task_names.get(wk, wk), now - st.updated_at)
         farm.store.set_task_state(job.job_id, wk, TaskState.from_json(
-            {**st.to_json(), "message": "round re-sent after it was lost", "updated_at": now}))
+            {**st.to_json(), "message": "round re-sent after it was lost", "updated_at": now,
+             "state": "queued", "retries": st.retries + 1}))
         send_round(farm.app, RoundRequest(
             job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
             round_index=st.rounds, trials=job.round_trials, target_trials=job.trials_per_task,
@@ -500,7 +501,8 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best.run_us, 3) if best is not None else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
-            "device_lost": st.device_lost, "rounds": st.rounds, "state": st.state,
+            "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
+            "state": st.state,
             "message": st.message,
         })
     return {

@@ -215,7 +215,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
 
     profile = ctx.profile(req.device_key)
     phones = wait_for_phone(ctx, store, req, prior)
+    # this very round already started once (its worker died, or the store went away): a retry
+    again = prior.state == "tuning" and prior.rounds == req.round_index + 1
     state = _replace(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
+                     retries=prior.retries + (1 if again else 0),
                      message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
     _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
 

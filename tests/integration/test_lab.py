@@ -324,9 +324,12 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
                 req.add_header("Authorization",
                                "Basic " + base64.b64encode(b"lab:secret").decode())
                 with urllib.request.urlopen(req, timeout=10) as resp:
-                    if json.loads(resp.read())["state"] == "PROGRESS":
-                        seen = (task_id, t, AsyncResult(task_id, app=app).info)
-                        break
+                    shown = json.loads(resp.read())["state"]
+                result = AsyncResult(task_id, app=app)
+                meta = result.info
+                if shown == "PROGRESS" and result.state == "PROGRESS":  # not ended meanwhile
+                    seen = (task_id, t, meta)
+                    break
             time.sleep(0.5)
     finally:
         run_farm(["cancel", job_id], tmp_path, env=lab["env"], timeout_s=60)
