@@ -1,7 +1,7 @@
 """Memory of a worker host over a long run: RSS of the worker's whole process tree (Celery
 main, pool child, warm build processes, runner pool) sampled while it runs >= 50 rounds.
 
-    python bench/rss.py [--rounds 60] [--out bench]
+    python bench/rss.py [--rounds-per-task 12] [--out bench]
 
 One embedded-like farm (its own Redis, tracker, 2 emulated phones, one worker), one job on
 the example CNN with rounds of 2 trials, so rounds are many and short. Writes
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,8 @@ def tree_rss_mb(pid: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--rounds-per-task", type=int, default=12,
+                    help="rounds of 2 trials per task (the CNN has 5 tasks with a search space)")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
     from farm import services
@@ -71,7 +73,7 @@ def main() -> int:
         tasks_env = {"FARM_BROKER_URL": url, "FARM_HOME": str(work / "home")}
         import os
 
-        per_task = 2 * max(1, args.rounds // 9 + 1)  # the CNN has ~9 tunable tasks
+        per_task = 2 * args.rounds_per_task
         client = subprocess.Popen(
             [sys.executable, "-m", "farm.cli", "submit", str(model), "--trials-per-task",
              str(per_task), "--round-trials", "2", "--out", str(work / "out"), "--tracker",
@@ -98,6 +100,7 @@ def main() -> int:
             return 1
     finally:
         group.stop()
+        shutil.rmtree(work, ignore_errors=True)
     rounds = max(r for _, r, _ in samples)
     marks = []
     for k in range(1, 11):
