@@ -107,12 +107,20 @@ def main() -> int:
         want = rounds * k // 10
         at = next((s for s in samples if s[1] >= want), samples[-1])
         marks.append({"rounds": at[1], "t_s": round(at[0], 1), "rss_mb": round(at[2], 1)})
-    half = [s for s in samples if s[1] >= rounds // 2]
-    growth = ((half[-1][2] - half[0][2]) / max(1, half[-1][1] - half[0][1])) if half else 0.0
+    # least-squares slope of RSS over rounds done, second half (a single peak sample, e.g. a
+    # build process at its largest, must not decide it)
+    half = [(r, mb) for _, r, mb in samples if rounds // 2 <= r < rounds]
+    growth = 0.0
+    if len({r for r, _ in half}) > 1:
+        mr = sum(r for r, _ in half) / len(half)
+        mm = sum(mb for _, mb in half) / len(half)
+        growth = (sum((r - mr) * (mb - mm) for r, mb in half)
+                  / sum((r - mr) ** 2 for r, _ in half))
     result = {"machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
               "date": time.strftime("%Y-%m-%d"), "rounds": rounds,
               "rss_mb_first": round(samples[0][2], 1), "marks": marks,
               "growth_mb_per_round_second_half": round(growth, 3),
+              "samples": [[round(t, 1), r, round(mb, 1)] for t, r, mb in samples],
               "how": "RSS of the worker's process tree (psutil), sampled every 2 s; one "
                      "worker, 2 emulated phones, rounds of 2 trials on the example CNN"}
     out = Path(args.out)
@@ -121,7 +129,8 @@ def main() -> int:
              "", result["how"] + ".", "", "| rounds done | time (s) | worker tree RSS (MB) |",
              "|---|---|---|"]
     lines += [f"| {m['rounds']} | {m['t_s']} | {m['rss_mb']} |" for m in marks]
-    lines += ["", f"Growth over the second half: {growth:.3f} MB per round."]
+    lines += ["", f"Growth over the second half (least-squares slope of RSS over rounds): "
+                  f"{growth:.3f} MB per round."]
     (out / "rss.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
