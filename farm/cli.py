@@ -64,7 +64,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from farm.submit import SubmitOptions, submit
 
     with _store(args) as store:
-        job = _job(store, args.job)
+        job = store.require_job(args.job)
     config = _config(args, broker_url=args.broker, device_key=job.device_key,
                      round_trials=job.round_trials)
     opts = SubmitOptions.from_job(job, out=Path(args.out) if args.out else None, force=True,
@@ -127,16 +127,6 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         yield store
 
 
-def _job(store: Any, job_id: str) -> Any:
-    """The job's spec, or a StoreError that says how to find job ids."""
-    from farm.errors import StoreError
-
-    job = store.get_job(job_id)
-    if job is None:
-        raise StoreError("no such job", subject=f"job {job_id}", hint="`farm status` lists jobs")
-    return job
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     with _store(args) as store:
         return _status(args, store)
@@ -148,7 +138,7 @@ def _status(args: argparse.Namespace, store: Any) -> int:
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     live = getattr(args, "watch", False)
     while True:
-        views = [job_view(store, _job(store, job_id)) for job_id in job_ids]
+        views = [job_view(store, store.require_job(job_id)) for job_id in job_ids]
         if args.json:
             print(json.dumps(views, indent=2))
         else:
@@ -192,7 +182,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
 
     with _store(args) as store:
-        _job(store, args.job)
+        store.require_job(args.job)
         store.set_job_status(args.job, state="cancelled", cancelled_at=str(time.time()))
     print(f"job {args.job}: cancelled; rounds not yet started will not run")
     return 0

@@ -34,6 +34,7 @@ from farm.profiles import resolve_profile
 from farm.store import RecordStore, TaskState, open_store
 
 log = logging.getLogger(__name__)
+CLIENT = f"client@{socket.gethostname()}"  # who finalized a job, when a client did
 STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable store
 
 
@@ -191,6 +192,13 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
     return Prepared(bundle=bundle, extracted=extracted, profile=profile)
 
 
+def check_same_tasks(job: JobSpec, prep: Prepared, model: Path) -> None:
+    """A job taken up again must be the same model: the same tuning tasks, in order."""
+    if [t.workload_key for t in prep.extracted.tasks] != job.workload_keys:
+        raise UsageError(f"{model} no longer gives the job's tuning tasks (was it changed?)",
+                         subject=f"job {job.job_id}", hint="submit it as a new job")
+
+
 def check_options(opts: SubmitOptions) -> None:
     if opts.trials_per_task < 1:
         raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
@@ -234,13 +242,8 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
     tasks, profile = prep.extracted.tasks, prep.profile
     job_id, run = new_job_id(), 0
     if resume is not None:
-        old = farm.store.get_job(resume)
-        if old is None:
-            raise StoreError("no such job", subject=f"job {resume}",
-                             hint="`farm status` lists jobs")
-        if old.workload_keys != [t.workload_key for t in tasks]:
-            raise UsageError("the model no longer gives the job's tuning tasks (was it changed?)",
-                             subject=f"job {resume}", hint="submit it as a new job")
+        old = farm.store.require_job(resume)
+        check_same_tasks(old, prep, opts.model)
         job_id, run = resume, old.run + 1
         farm.store.reset_job(job_id)
     plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
@@ -297,7 +300,7 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
     report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
            f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
     if not todo:  # nothing to tune: the job is finished now
-        finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+        finalize_stage.finalize_job(farm.store, job, by=CLIENT)
     return job
 
 
@@ -315,7 +318,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
                      live=opts.live)
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
-        picks = finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+        picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
         bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks)
         states = farm.store.task_states(job.job_id)
         measured = farm.store.job_measured(job.job_id)
@@ -360,21 +363,16 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
                          "its `farm submit`", subject=f"job {job_id}",
                          hint=f"`farm resume {job_id}` continues it on a new embedded farm")
     with connect(config, require_devices=False) as farm:
-        job = farm.store.get_job(job_id)
-        if job is None:
-            raise StoreError("no such job", subject=f"job {job_id}",
-                             hint="`farm status` lists jobs")
+        job = farm.store.require_job(job_id)
         opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s)
         farm.tracker = opts.tracker
         if opts.model.is_file():
             check_out_dir(opts.out, opts.force)
             prep = prepare(opts, replace(config, device_key=job.device_key), report)
-            if [t.workload_key for t in prep.extracted.tasks] != job.workload_keys:
-                raise UsageError(f"{opts.model} no longer gives the job's tuning tasks",
-                                 subject=f"job {job_id}", hint="was the model file changed?")
+            check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, opts, config, report, t0)
         wait_for_job(farm, job, report, timeout_s, stall_s=config.round_timeout_s + 60)
-        picks = finalize_stage.finalize_job(farm.store, job, by=f"client@{socket.gethostname()}")
+        picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
         report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
                f"best record); {opts.model} is not readable here, so it was not compiled")
         return {"job_id": job_id, "state": "finalized", "best_records": len(picks)}

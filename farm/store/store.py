@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from farm.errors import StoreError
 from farm.messages import JobSpec, TuneTask, _Message
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,14 @@ class RecordStore(ABC):
 
     @abstractmethod
     def get_job(self, job_id: str) -> JobSpec | None: ...
+
+    def require_job(self, job_id: str) -> JobSpec:
+        """The job's spec, or a StoreError that says how to find job ids."""
+        job = self.get_job(job_id)
+        if job is None:
+            raise StoreError("no such job", subject=f"job {job_id}",
+                             hint="`farm status` lists jobs")
+        return job
 
     @abstractmethod
     def job_ids(self) -> list[str]: ...
