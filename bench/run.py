@@ -1,16 +1,27 @@
-"""Benchmarks: the farm against plain MetaSchedule on the same tasks, budget and phones.
+"""Benchmarks: the farm against plain MetaSchedule and torch, measured side by side in one run.
 
-    python bench/run.py [--models resnet,transformer] [--trials 32] [--out bench]
+    python bench/run.py [--trials 16] [--models resnet,transformer]
+                        [--quality resnet,mobile,transformer] [--scaling resnet]
+                        [--phones 1,2,4] [--delay-s 0.5] [--scaling-trials 8] [--out bench]
 
-For each model, in one run, side by side:
-1. plain MetaSchedule: `ms.tune_tasks` over the model's tasks in one process, TVM's
-   LocalBuilder and RPCRunner on 2 emulated phones (a tracker, 2 rpc_servers, 1 thread each);
-2. the farm: `farm submit` on the embedded default (its own Redis, tracker, 2 emulated
-   phones of 1 thread, one worker), fresh store;
-3. the farm again (resubmit): the store serves every task.
-Both tuned models are then timed the same way in this process (VM time_evaluator,
-1 thread, median of repeats). Writes <out>/results.json and <out>/results.md.
-Ratios are what to read: the machine is noisy, both sides run in the same minutes.
+Every section runs on this machine, one thing at a time (never two measured things at once):
+
+1. Throughput and overhead (`--models`): for each model, `bench/plain.py` (plain
+   `ms.tune_tasks`: LocalBuilder, RPCRunner) and `farm submit` (embedded: its own Redis,
+   tracker, worker), each in a fresh process, same tasks, same trials per task, 2 emulated
+   phones of 1 thread each, fresh stores. Ratios of whole-process wall times and of the
+   tuning phases, trials per minute, and the tuned models' latency, both re-timed here.
+2. Resubmit: the same model submitted again to the same farm home: wall ratio, trials (0).
+3. Scaling (`--scaling`): `farm submit` with 1, 2, 4 emulated phones that each add
+   `--delay-s` to every measurement (farm/phone.py, like a real phone's upload and run).
+   Measurement throughput = trials / seconds the batches spent on the phones; parallel
+   efficiency = throughput(n) / (n x throughput(1)).
+4. Quality (`--quality`): torch eager, untuned TVM and farm-tuned TVM, all timed here in
+   this process with 1 thread, plus the trials each task needed to get within 10 % of its
+   final best (from the store's records, in measurement order).
+
+Writes <out>/results.json and <out>/results.md. Read the ratios: the machine is noisy, and
+both sides of a ratio ran in the same minutes.
 """
 
 from __future__ import annotations
@@ -25,140 +36,248 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
+REPEAT, NUMBER = 30, 5  # model timings: median of REPEAT, each the mean of >= NUMBER runs
+WITHIN = 0.10  # "trials to within 10 % of the final best"
 
 
-def plain_metaschedule(model: Path, trials: int, work: Path) -> dict:
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.runner import RPCConfig
-
-    from farm import extract, ingest, services
-    from farm.profiles import resolve_profile
-    from farm.tracker import wait_for_phones
-
-    profile = resolve_profile("cpu-local")
-    bundle = ingest.load(model, threads=1)
-    ex = extract.extract(bundle.mod, profile, model.stem)
-    target = tvm.target.Target(profile.target_json())
-    group = services.ServiceGroup()
-    try:
-        tsvc, tracker = services.start_tracker(work / "logs")
-        group.add(tsvc)
-        for i in range(2):
-            group.add(services.start_phone(tracker, "bench", i, work / "logs"))
-        wait_for_phones(tracker, "bench", 2, 60)
-        host, port = tracker.split(":")
-        t0 = time.monotonic()
-        contexts = [ms.TuneContext(mod=extract.load_mod(t), target=target,
-                                   space_generator="post-order-apply",
-                                   search_strategy="evolutionary", task_name=t.name)
-                    for t in ex.tasks]
-        (work / "db").mkdir(parents=True, exist_ok=True)
-        db = ms.database.JSONDatabase(work_dir=str(work / "db"))
-        ms.tune_tasks(
-            tasks=contexts, task_weights=[float(t.weight) for t in ex.tasks],
-            work_dir=str(work / "ms"), max_trials_global=trials * len(ex.tasks),
-            max_trials_per_task=trials, num_trials_per_iter=16,
-            builder=ms.builder.LocalBuilder(),
-            runner=ms.runner.RPCRunner(RPCConfig(host, int(port), "bench", session_timeout_sec=30),
-                                       max_workers=2),
-            database=db, cost_model="xgb",
-        )
-        wall = time.monotonic() - t0
-    finally:
-        group.stop()
-    n = len(db.get_all_tuning_records())
-    return {"wall_s": wall, "trials": n, "tasks": len(ex.tasks), "log": str(work / "db"),
-            "bundle": bundle, "fused": ex.fused}
+def plain_metaschedule(model: Path, trials: int, work: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "plain.py"), str(model),
+                           "--trials", str(trials), "--phones", "2", "--work", str(work)],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"plain MetaSchedule failed:\n{proc.stderr[-3000:]}")
+    return {**json.loads((work / "plain.json").read_text()), "process_wall_s": wall}
 
 
-def farm_submit(model: Path, trials: int, out: Path, home: Path) -> dict:
+def farm_submit(model: Path, trials: int, out: Path, home: Path,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "submit", str(model),
                            "--trials-per-task", str(trials), "--round-trials", str(trials),
                            "--out", str(out), "--force"], capture_output=True, text=True,
-                          env={**os.environ, "FARM_HOME": str(home)})
+                          env={**os.environ, "FARM_HOME": str(home), **(env or {})})
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"farm submit failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     return {"wall_s": wall, "tuning_s": summary["tuning_s"], "summary": summary,
-            "trials": sum(t["trials_measured"] for t in summary["tasks"]), "log": str(out / "best")}
+            "trials": sum(t["trials_measured"] for t in summary["tasks"]),
+            "measure_s": sum(t.get("measure_s", 0.0) for t in summary["tasks"]),
+            "log": str(out / "best")}
 
 
-def time_model(fused, log_dir: str, inputs, repeat: int = 30) -> float:
-    import tvm
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
+class Reference:
+    """A model read once here: its fused module, inputs, torch latency; times TVM builds."""
 
-    from farm import compile as fc
-    from farm.profiles import resolve_profile
+    def __init__(self, model: Path) -> None:
+        import tvm
 
-    target = tvm.target.Target(resolve_profile("cpu-local").target_json())
-    ex = fc.build(fused, target, JSONDatabase(work_dir=log_dir))
-    with tempfile.TemporaryDirectory() as d:
-        lib = Path(d) / "m.so"
-        ex.export_library(str(lib))
-        _, us = fc.run_and_time(lib, None, tvm.cpu(0), inputs, repeat=repeat, number=5)
-    return us
+        from farm import extract, ingest
+        from farm.profiles import resolve_profile
+
+        profile = resolve_profile("cpu-local")
+        self.bundle = ingest.load(model, threads=1, timing_runs=REPEAT * NUMBER)
+        self.fused = extract.extract(self.bundle.mod, profile, model.stem).fused
+        self.target = tvm.target.Target(profile.target_json())
+
+    def time_tvm(self, log_dir: str | None) -> float:
+        """Latency of the model built with the records in `log_dir` (None: untuned)."""
+        import tvm
+        from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+        from farm import compile as fc
+
+        db = JSONDatabase(work_dir=log_dir) if log_dir else None
+        lib = fc.build(self.fused, self.target, db)
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "m.so"
+            lib.export_library(str(path))
+            _, us = fc.run_and_time(path, None, tvm.cpu(0), self.bundle.inputs,
+                                    repeat=REPEAT, number=NUMBER)
+        return us
+
+
+def trials_to_within(home: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Per task, the trials (in measurement order) until its best was within WITHIN of the
+    task's final best; summed over tasks, against all trials measured."""
+    from farm.config import load_config
+    from farm.embedded import embedded_store_url
+    from farm.store import open_store
+
+    needed, total = 0, 0
+    with embedded_store_url(load_config(env={"FARM_HOME": str(home)})) as url:
+        store = open_store(url)
+        for task in summary["tasks"]:
+            recs = sorted(store.records(task["workload_key"]), key=lambda r: r.measured_at)
+            valid = [r.run_us for r in recs if r.valid]
+            if not valid:
+                continue
+            final, best = min(valid), float("inf")
+            for i, rec in enumerate(recs, start=1):
+                if rec.valid:
+                    best = min(best, rec.run_us)
+                if best <= final * (1 + WITHIN):
+                    needed += i
+                    break
+            total += len(recs)
+        store.close()
+    return {"trials_to_within_10pct": needed, "trials_total": total}
+
+
+def throughput(name: str, model: Path, trials: int, work: Path) -> tuple[dict, dict]:
+    plain = plain_metaschedule(model, trials, work / f"plain-{name}")
+    home = work / f"home-{name}"
+    first = farm_submit(model, trials, work / f"farm-{name}", home)
+    again = farm_submit(model, trials, work / f"farm2-{name}", home)
+    ref = Reference(model)
+    plain_us, farm_us = ref.time_tvm(plain["db"]), ref.time_tvm(first["log"])
+    row = {
+        "model": name, "tasks": plain["tasks"], "trials_per_task": trials,
+        "plain_wall_s": round(plain["process_wall_s"], 1),
+        "farm_wall_s": round(first["wall_s"], 1),
+        "ratio_wall": round(first["wall_s"] / plain["process_wall_s"], 3),
+        "plain_tune_s": round(plain["tune_s"], 1), "farm_tuning_s": round(first["tuning_s"], 1),
+        "ratio_tuning": round(first["tuning_s"] / plain["tune_s"], 3),
+        "plain_trials": plain["trials"], "farm_trials": first["trials"],
+        "plain_trials_per_min": round(plain["trials"] / plain["tune_s"] * 60, 1),
+        "farm_trials_per_min": round(first["trials"] / first["tuning_s"] * 60, 1),
+        "tuned_us_plain": round(plain_us, 1), "tuned_us_farm": round(farm_us, 1),
+        "resubmit_wall_s": round(again["wall_s"], 1),
+        "resubmit_trials_measured": again["trials"],
+        "ratio_resubmit": round(again["wall_s"] / first["wall_s"], 3),
+    }
+    quality = quality_row(name, ref, first, home, farm_us)
+    return row, quality
+
+
+def quality_row(name: str, ref: Reference, farm: dict[str, Any], home: Path,
+                farm_us: float | None = None) -> dict[str, Any]:
+    untuned = ref.time_tvm(None)
+    tuned = farm_us if farm_us is not None else ref.time_tvm(farm["log"])
+    return {"model": name, "tasks": len(farm["summary"]["tasks"]),
+            "trials_per_task": farm["summary"]["trials_per_task"],
+            "torch_us": round(ref.bundle.torch_us, 1), "untuned_us": round(untuned, 1),
+            "tuned_us": round(tuned, 1), "tuned_vs_untuned": round(untuned / tuned, 2),
+            "tuned_vs_torch": round(ref.bundle.torch_us / tuned, 2),
+            **trials_to_within(home, farm["summary"])}
+
+
+def scaling(model: Path, trials: int, phones: list[int], delay_s: float,
+            work: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for n in phones:
+        run = farm_submit(model, trials, work / f"scale-{n}", work / f"home-scale-{n}",
+                          env={"FARM_PHONES": str(n), "FARM_PHONE_DELAY_S": str(delay_s)})
+        rows.append({"phones": n, "delay_s": delay_s, "trials": run["trials"],
+                     "measure_s": round(run["measure_s"], 1),
+                     "tuning_s": round(run["tuning_s"], 1),
+                     "measured_per_s": round(run["trials"] / run["measure_s"], 3),
+                     "job_trials_per_min": round(run["trials"] / run["tuning_s"] * 60, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    base = rows[0]["measured_per_s"] / rows[0]["phones"] if rows else 0.0
+    job_base = rows[0]["job_trials_per_min"] / rows[0]["phones"] if rows else 0.0
+    for row in rows:
+        row["efficiency"] = round(row["measured_per_s"] / (row["phones"] * base), 3)
+        row["job_efficiency"] = round(row["job_trials_per_min"] / (row["phones"] * job_base), 3)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return ["(not run)"]
+    cols = list(rows[0])
+    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            + ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows])
+
+
+HOW = {
+    "throughput": (
+        "Each side a fresh process on a fresh store, one after the other: plain = "
+        "bench/plain.py (ingest, extract, tracker + 2 phones, ms.tune_tasks with LocalBuilder, "
+        "RPCRunner max_workers=2, XGB, 16 trials per iteration, then build); farm = `farm "
+        "submit` on the embedded default (its Redis, tracker, 2 phones, one worker; one round "
+        "per task; it also builds the untuned model, checks numerics against torch and times "
+        "torch/untuned/tuned on a phone). ratio_wall = whole processes; ratio_tuning = plain's "
+        "tune_tasks call vs the farm's first round sent -> last task done (includes the "
+        "worker's warm-up when it was not done yet). Both tuned models are re-timed here, "
+        "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms)."),
+    "resubmit": "the same model again on the same farm home, right after the first submit.",
+    "scaling": (
+        "`farm submit` with FARM_PHONES=n and FARM_PHONE_DELAY_S: every emulated phone sleeps "
+        "that long in each measurement session (farm/phone.py). measure_s = seconds the "
+        "batches were on the phones (sent -> results back, summed over rounds); "
+        "measured_per_s = trials / measure_s; efficiency = measured_per_s(n) / "
+        "(n x measured_per_s(1)). job_* = the same over the whole tuning phase, which also "
+        "searches and builds on the host (not parallel over phones)."),
+    "quality": (
+        "All three latencies timed here, in this process, one after another, 1 thread "
+        "(torch.set_num_threads(1), TVM_NUM_THREADS=1): torch eager = median of 150 runs; "
+        "TVM = median of 30 repeats of >= 5 runs. tuned = the farm's best log at the stated "
+        "trials per task. trials_to_within_10pct: per task, the trials (in measurement order) "
+        "until its best was within 10 % of its final best, summed over tasks; trials_total = "
+        "all trials measured."),
+}
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
+    p.add_argument("--trials", type=int, default=16)
     p.add_argument("--models", default="resnet,transformer")
-    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--quality", default="resnet,mobile,transformer")
+    p.add_argument("--scaling", default="resnet")
+    p.add_argument("--phones", default="1,2,4")
+    p.add_argument("--delay-s", type=float, default=0.5)
+    p.add_argument("--scaling-trials", type=int, default=8)
     p.add_argument("--out", default=str(ROOT / "bench"))
     args = p.parse_args()
     out = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
+    t0 = time.monotonic()
     subprocess.run([sys.executable, str(ROOT / "examples" / "make_models.py"), str(work)],
                    check=True, capture_output=True)
-    rows = []
-    for name in args.models.split(","):
-        model = work / f"{name}.pt2"
-        plain = plain_metaschedule(model, args.trials, work / f"plain-{name}")
-        home = work / f"home-{name}"
-        first = farm_submit(model, args.trials, work / f"farm-{name}", home)
-        again = farm_submit(model, args.trials, work / f"farm2-{name}", home)
-        plain_us = time_model(plain["fused"], plain["log"], plain["bundle"].inputs)
-        farm_us = time_model(plain["fused"], first["log"], plain["bundle"].inputs)
-        row = {
-            "model": name, "tasks": plain["tasks"], "trials_per_task": args.trials,
-            "plain_wall_s": round(plain["wall_s"], 1), "plain_trials": plain["trials"],
-            "farm_wall_s": round(first["wall_s"], 1), "farm_tuning_s": first["tuning_s"],
-            "farm_trials": first["trials"],
-            "ratio_farm_tuning_over_plain": round(first["tuning_s"] / plain["wall_s"], 3),
-            "ratio_farm_wall_over_plain": round(first["wall_s"] / plain["wall_s"], 3),
-            "plain_trials_per_min": round(plain["trials"] / plain["wall_s"] * 60, 1),
-            "farm_trials_per_min": round(first["trials"] / first["tuning_s"] * 60, 1),
-            "resubmit_wall_s": round(again["wall_s"], 1),
-            "resubmit_trials_measured": again["trials"],
-            "ratio_resubmit_over_first": round(again["wall_s"] / first["wall_s"], 3),
-            "tuned_us_plain": round(plain_us, 1), "tuned_us_farm": round(farm_us, 1),
-            "torch_us": round(first["summary"]["latency_us"]["torch"], 1),
-            "untuned_us": round(first["summary"]["latency_us"]["untuned"], 1),
-        }
+    rows, quality = [], []
+    for name in filter(None, args.models.split(",")):
+        row, q = throughput(name, work / f"{name}.pt2", args.trials, work)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if name in args.quality.split(","):
+            quality.append(q)
+            print(json.dumps(q), flush=True)
+    for name in filter(None, args.quality.split(",")):
+        if any(q["model"] == name for q in quality):
+            continue
+        home = work / f"home-q-{name}"
+        farm = farm_submit(work / f"{name}.pt2", args.trials, work / f"farm-q-{name}", home)
+        quality.append(quality_row(name, Reference(work / f"{name}.pt2"), farm, home))
+        print(json.dumps(quality[-1]), flush=True)
+    scale = []
+    if args.scaling:
+        scale = scaling(work / f"{args.scaling}.pt2", args.scaling_trials,
+                        [int(n) for n in args.phones.split(",")], args.delay_s, work)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-            "how": "one run, side by side; 2 emulated phones of 1 thread each for both sides; "
-                   "plain = ms.tune_tasks (LocalBuilder, RPCRunner max_workers=2, 16 trials per "
-                   "iteration); farm = `farm submit` embedded, fresh store, one round per task; "
-                   "farm_tuning_s = first round sent to last task finished (includes the worker's warm-up; excludes ingest "
-                   "and compile); tuned latencies re-measured here with the same "
-                   "build, VM time_evaluator, 1 thread, median of 30 repeats x 5 runs"}
+            "bench_wall_s": round(time.monotonic() - t0), "how": HOW,
+            "scaling_model": args.scaling, "scaling_trials_per_task": args.scaling_trials}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    cols = list(rows[0]) if rows else []
-    lines = [f"# tunefarm benchmarks ({meta['date']}, {meta['machine']})", "", meta["how"], "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    (out / "results.json").write_text(json.dumps(
+        {"meta": meta, "throughput": rows, "quality": quality, "scaling": scale}, indent=2))
+    lines = [f"# tunefarm benchmarks ({meta['date']}, {meta['machine']})", "",
+             f"`make bench` ran {meta['bench_wall_s']} s.", "",
+             "## Throughput and overhead: farm vs plain MetaSchedule (and resubmit)", "",
+             HOW["throughput"], "", "Resubmit: " + HOW["resubmit"], "", *table(rows), "",
+             "## Quality: torch vs untuned vs tuned", "", HOW["quality"], "", *table(quality),
+             "", f"## Scaling with phones ({args.scaling}, {args.scaling_trials} trials per "
+             f"task, {args.delay_s} s added per measurement)", "", HOW["scaling"], "",
+             *table(scale), ""]
+    (out / "results.md").write_text("\n".join(lines))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -27,6 +27,7 @@ class FarmConfig:
     home: Path = field(default_factory=default_home)
     device_key: str = "cpu-local"
     phones: int = 2  # emulated phones of the embedded default
+    phone_delay_s: float = 0.0  # added by each emulated phone to every measurement (benchmarks)
     round_trials: int = 32  # trials in one Celery message (one round)
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
@@ -36,7 +37,16 @@ class FarmConfig:
     # build processes; a round builds, then measures, so builds may use every core
     builder_workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     builder_max_uses: int = 64  # a warm build process is recycled after this many builds
+    # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
+    # (a round searches, builds, then measures, so its search may use every core it has)
+    search_cores: int = 0
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def search_threads(self) -> int:
+        if self.search_cores > 0:
+            return self.search_cores
+        return max(1, (os.cpu_count() or 1) // self.worker_concurrency)
 
     @property
     def store_url(self) -> str | None:
@@ -48,6 +58,12 @@ class FarmConfig:
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}",
                                  subject="config")
+        if self.search_cores < 0:
+            raise UsageError(f"search_cores must be >= 0 (0: automatic), got "
+                             f"{self.search_cores}", subject="config")
+        if self.phone_delay_s < 0:
+            raise UsageError(f"phone_delay_s must be >= 0, got {self.phone_delay_s}",
+                             subject="config")
         for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)}",
@@ -61,6 +77,7 @@ _ENV = {
     "home": "FARM_HOME",
     "device_key": "FARM_DEVICE_KEY",
     "phones": "FARM_PHONES",
+    "phone_delay_s": "FARM_PHONE_DELAY_S",
     "round_trials": "FARM_ROUND_TRIALS",
     "build_timeout_s": "FARM_BUILD_TIMEOUT_S",
     "run_timeout_s": "FARM_RUN_TIMEOUT_S",
@@ -69,6 +86,7 @@ _ENV = {
     "worker_concurrency": "FARM_WORKER_CONCURRENCY",
     "builder_workers": "FARM_BUILDER_WORKERS",
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
+    "search_cores": "FARM_SEARCH_CORES",
 }
 
 

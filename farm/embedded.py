@@ -47,7 +47,7 @@ def config_env(config: FarmConfig) -> dict[str, str]:
     return env
 
 
-_OURS = ("tvm.exec", "redis-server", "farm.cli", "celery")
+_OURS = ("tvm.exec", "farm.phone", "redis-server", "farm.cli", "celery")
 
 
 def reap_orphans(home: Path) -> list[int]:
@@ -154,7 +154,8 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         group.add(tracker_svc)
         for i in range(config.phones):
             group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
-                                           arch=arch, home=home))
+                                           arch=arch, home=home,
+                                           delay_s=config.phone_delay_s))
         from farm.tracker import wait_for_phones
 
         # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)

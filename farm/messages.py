@@ -112,6 +112,7 @@ class RoundResult(_Message):
     device_lost: int = 0
     best_us: float | None = None
     wall_s: float = 0.0
+    measure_s: float = 0.0  # of wall_s: batches on the phones (sent -> results back)
     skipped: bool = False  # a redelivered round that had already run
     single_schedule: bool = False  # the workload has exactly one possible schedule
 

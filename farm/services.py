@@ -156,9 +156,11 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
-                host: str = LOOPBACK, arch: str = "", home: Path | None = None) -> Service:
+                host: str = LOOPBACK, arch: str = "", home: Path | None = None,
+                delay_s: float = 0.0) -> Service:
     """An emulated phone: a real TVM RPC server on loopback, registered under `key`. With
-    arch "arm64" it runs aarch64 TVM under qemu (farm/arm64sim.py; set up once in `home`)."""
+    arch "arm64" it runs aarch64 TVM under qemu (farm/arm64sim.py; set up once in `home`).
+    With `delay_s`, every measurement session takes that much longer (farm/phone.py)."""
     port = free_port(host)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
@@ -170,6 +172,14 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
         env = arm64sim.phone_env(threads)
     elif arch:
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
+    if delay_s > 0:
+        if arch:
+            raise UsageError("phone_delay_s is for emulated phones of this machine's "
+                             "architecture", subject=f"arch {arch}")
+        return start(f"phone-{key}-{index}",
+                     [*python, "-m", "farm.phone", "--tracker", tracker, "--key", key,
+                      "--host", host, "--port", str(port), "--port-end", str(port + 1),
+                      "--delay-s", str(delay_s)], log_dir, env)
     return start(f"phone-{key}-{index}",
                  [*python, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1)],

@@ -180,8 +180,8 @@ def new_job_id() -> str:
 
 def prepare(opts: SubmitOptions, config: FarmConfig,
             report: Callable[[str], None]) -> Prepared:
-    """Stages 1 (ingest, torch) and 2 (extract, TVM): before any service starts, so that bad
-    input fails fast."""
+    """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
+    contacted; for the embedded one while its worker warms up (see `submit`)."""
     profile = resolve_profile(config.device_key, config.profiles)
     bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
                                opts.dtype, opts.allow_pickle, threads=profile.threads)
@@ -216,8 +216,14 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
     t0 = time.monotonic()
     check_options(opts)
     check_out_dir(opts.out, opts.force)
-    prep = prepare(opts, config, report)
+    # a lab farm: read the model before touching the farm. The embedded farm starts first, so
+    # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
+    prep = prepare(opts, config, report) if config.broker_url else None
+    if prep is None:
+        ingest_stage.sniff_format(Path(opts.model))  # a missing or unknown file fails first
     with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
+        if prep is None:
+            prep = prepare(opts, config, report)
         job = dispatch_job(farm, opts, config, prep, report, resume)
         if not opts.wait:
             if farm.embedded:
@@ -500,6 +506,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "best_us": round(best.run_us, 3) if best is not None else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
             "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
+            "measure_s": round(st.measure_s, 2),
             "state": st.state,
             "message": st.message,
         })

@@ -139,7 +139,8 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     history = list(prior.history) + ([best.run_us] if best and best.run_us else [])
     base = dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
                 best_us=best.run_us if best else None, host=result.host,
-                rounds=max(prior.rounds, req.round_index + 1), history=history)
+                rounds=max(prior.rounds, req.round_index + 1), history=history,
+                measure_s=prior.measure_s + result.measure_s)
     budget = job.trials_budget if job else 0
     early = job.early_stop_rounds if job else 0
     spent = sum(store.job_measured(req.job_id).values()) if budget else 0

@@ -36,12 +36,14 @@ class RoundCounters:
     best_us: float | None = None
     last_device_error: str = ""
     store_error: Exception | None = None  # the store failed mid-round (re-raised after tune_tir)
+    measure_s: float = 0.0  # batch sent to the phones -> all its results back, summed
 
 
 @derived_object
 class StoreCallback(PyMeasureCallback):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target,
-                 job_id: str, host: str, counters: RoundCounters, on_progress=None) -> None:
+                 job_id: str, host: str, counters: RoundCounters, on_progress=None,
+                 runner=None) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -51,10 +53,13 @@ class StoreCallback(PyMeasureCallback):
         self.host = host
         self.counters = counters
         self.on_progress = on_progress
+        self.runner = runner  # its `started` times the batch's measurement
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         c = self.counters
+        if self.runner is not None and self.runner.started:
+            c.measure_s += time.monotonic() - self.runner.started
         for cand, built, ran in zip(measure_candidates, builder_results, runner_results,
                                     strict=True):
             error_class, error_msg, run_secs = None, "", None

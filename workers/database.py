@@ -76,7 +76,7 @@ PRETRAIN_LIMIT = 512  # stored records a round's cost model learns from before i
 
 
 def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
-                          target: object) -> tuple[object, int]:
+                          target: object, threads: int = 1) -> tuple[object, int]:
     """An XGBoost cost model already trained on the workload's stored records (valid and
     failed), so that round k+1 is not a cold start. Returns (model, records learned from).
 
@@ -88,7 +88,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    model = XGBModel(num_tuning_cores=1)
+    model = XGBModel(num_tuning_cores=threads)
     recs = store.records(workload_key)
     recs.sort(key=lambda r: (not r.valid, r.run_us or 0.0))  # the best first, failures last
     candidates, results = [], []

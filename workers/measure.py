@@ -228,14 +228,17 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     if single:
         trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
+    threads = ctx.config.search_threads
     cost_model, learned = (None, 0) if single else pretrained_cost_model(
-        store, req.workload_key, database.workload, target)
-    search = StoreAwareSearch(store, req.workload_key, database.workload, target)
+        store, req.workload_key, database.workload, target, threads)
+    # nothing stored: the cost model is untrained, the first batch is sampled at random
+    search = StoreAwareSearch(store, req.workload_key, database.workload, target,
+                              cold=learned == 0 and not single)
     counters = RoundCounters()
-    callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
-                             ctx.host, counters, on_progress)
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
+    callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
+                             ctx.host, counters, on_progress, runner)
     reference = None
     if profile.check_outputs and not single:
         from farm.cross import build_reference
@@ -245,9 +248,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         except Exception as e:  # noqa: BLE001 - tune unchecked rather than not at all
             log.warning("round %s: no reference kernel for output checks: %s", req.round_id, e)
     runner.set_reference(reference)
-    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d, "
-             "%d phones)", req.round_index + 1, task.name, ctx.host, trials,
-             req.target_trials - missing, learned, phones)
+    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
+             "%d phones, %d search threads)", req.round_index + 1, task.name, ctx.host, trials,
+             req.target_trials - missing, learned, ", cold: first batch at random"
+             if search.cold else "", phones, threads)
     try:
         ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,
@@ -256,7 +260,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
             database=database, cost_model=cost_model if cost_model is not None else "xgb",
             measure_callbacks=[callback, ms.measure_callback.RemoveBuildArtifact(),
                                ms.measure_callback.UpdateCostModel()],
-            task_scheduler="round-robin", num_tuning_cores=1, strategy=search,
+            task_scheduler="round-robin", num_tuning_cores=threads, strategy=search,
             seed=zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF,
         )
     except Exception as e:
@@ -276,5 +280,5 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
         duplicates=counters.duplicates + search.counts["skipped"], single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
-        best_us=counters.best_us, wall_s=time.monotonic() - t0,
+        best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any
 
 from tvm.ir.utils import derived_object
@@ -45,6 +46,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.pool.shutdown()
         self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
         self.reference: str | None = None
+        self.started = 0.0  # monotonic time the last batch went to the phones
 
     def set_reference(self, path: str | None) -> None:
         """The reference kernel of the workload being tuned (None: no output check)."""
@@ -53,6 +55,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
     def run(self, runner_inputs: list[Any]) -> list[Any]:
         self.f_run_evaluator = (functools.partial(checked_run_evaluator, self.reference)
                                 if self.reference else None)
+        self.started = time.monotonic()
         return super().run(runner_inputs)
 
 

@@ -7,6 +7,13 @@ a build and a phone run only to be thrown away as a duplicate; a culprit (a
 candidate that crashed phones) would crash them again. This wrapper drops every
 stored candidate before the builder sees it, and tells the search their stored
 results instead, so the search learns from them as if measured.
+
+A cold workload (nothing stored, so the cost model is untrained and predicts at
+random) gets its first batch from plain random sampling of the design space
+(MetaSchedule's ReplayTrace): the evolutionary search would spend ~25 s of CPU
+per batch evolving random samples under random scores, which is random sampling
+too, only slower. From the second batch on, the evolutionary search runs as
+usual, starting from the first batch's measurements.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ def stored_result(rec: StoredRecord) -> RunnerResult:
 @derived_object
 class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
-                 inner: Any = None, counts: dict[str, int] | None = None) -> None:
+                 inner: Any = None, counts: dict[str, int] | None = None,
+                 cold: bool = False) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -53,17 +61,54 @@ class StoreAwareSearch(PySearchStrategy):
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0}
         self._batch: tuple[list[Any], dict[int, StoredRecord]] | None = None
+        self.cold = cold
+        # the random first batch of a cold workload; dropped once its results are in
+        self.first = SearchStrategy.create("replay-trace") if cold else None
+        self._from_first = False
+        self._inner_active = True  # pre_tuning turns it off when the first batch is all
 
     def _initialize_with_tune_context(self, context: Any) -> None:
         self.inner._initialize_with_tune_context(context)
+        if self.first is not None:
+            self.first._initialize_with_tune_context(context)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
                    database: Any = None, cost_model: Any = None) -> None:
-        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
-                              cost_model)
+        rest = max_trials
+        if self.first is not None:
+            batch = min(max_trials, num_trials_per_iter)
+            self.first.pre_tuning(batch, batch, design_spaces, database, cost_model)
+            rest = max_trials - batch
+        if rest > 0:
+            self.inner.pre_tuning(rest, num_trials_per_iter, design_spaces, database, cost_model)
+        self._inner_active = rest > 0
 
     def post_tuning(self) -> None:
-        self.inner.post_tuning()
+        self._end_first()
+        if self._inner_active:
+            self.inner.post_tuning()
+
+    def _end_first(self) -> None:
+        if self.first is not None:
+            self.first.post_tuning()
+            self.first = None
+
+    def _propose(self) -> Any:
+        if self.first is not None:
+            cands = self.first.generate_measure_candidates()
+            if cands is not None:
+                self._from_first = True
+                return cands
+            self._end_first()
+        self._from_first = False
+        return self.inner.generate_measure_candidates() if self._inner_active else None
+
+    def _tell(self, cands: list[Any], results: list[Any]) -> None:
+        if self._from_first:
+            self.first.notify_runner_results(cands, results)
+            self._end_first()
+        else:
+            self.inner.notify_runner_results(cands, results)
 
     def _known(self, cands: list[Any]) -> dict[int, StoredRecord]:
         known = {}
@@ -76,7 +121,7 @@ class StoreAwareSearch(PySearchStrategy):
 
     def generate_measure_candidates(self) -> list[Any] | None:
         for _ in range(MAX_KNOWN_BATCHES):
-            cands = self.inner.generate_measure_candidates()
+            cands = self._propose()
             if cands is None:
                 return None
             cands = list(cands)
@@ -86,8 +131,7 @@ class StoreAwareSearch(PySearchStrategy):
             if fresh:
                 self._batch = (cands, known)
                 return fresh
-            self.inner.notify_runner_results(cands, [stored_result(known[i])
-                                                     for i in range(len(cands))])
+            self._tell(cands, [stored_result(known[i]) for i in range(len(cands))])
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
                  "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
         return None
@@ -98,8 +142,8 @@ class StoreAwareSearch(PySearchStrategy):
         self._batch = None
         fresh = iter(results)
         full = [stored_result(known[i]) if i in known else next(fresh) for i in range(len(cands))]
-        self.inner.notify_runner_results(cands, full)
+        self._tell(cands, full)
 
     def clone(self) -> Any:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
-                                self.inner.clone(), self.counts)
+                                self.inner.clone(), self.counts, self.cold)

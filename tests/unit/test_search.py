@@ -10,8 +10,39 @@ from tests.unit.test_cache import matmul_mod
 
 BUILDER: dict = {}  # one warm build process for both runs (a fresh pool costs ~20 s a batch)
 
+class CountingInner:
+    """TVM's EvolutionarySearch, counting what it is asked."""
 
-def tune(store, wk, mod, target, trials, job):
+    def __init__(self):
+        from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+        self.real = SearchStrategy.create("evolutionary")
+        self.batches, self.max_trials = 0, None
+
+    def _initialize_with_tune_context(self, context):
+        self.real._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, *args):
+        self.max_trials = max_trials
+        self.real.pre_tuning(max_trials, *args)
+
+    def post_tuning(self):
+        self.real.post_tuning()
+
+    def generate_measure_candidates(self):
+        cands = self.real.generate_measure_candidates()
+        self.batches += cands is not None
+        return cands
+
+    def notify_runner_results(self, cands, results):
+        self.real.notify_runner_results(cands, results)
+
+    def clone(self):
+        return self
+
+
+
+def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
     from tvm.s_tir import meta_schedule as ms
 
     from workers.builder import WarmBuilder
@@ -20,7 +51,7 @@ def tune(store, wk, mod, target, trials, job):
     from workers.search import StoreAwareSearch
 
     database = StoreDatabase(store, wk, mod)
-    search = StoreAwareSearch(store, wk, database.workload, target)
+    search = StoreAwareSearch(store, wk, database.workload, target, inner=inner, cold=cold)
     counters = RoundCounters()
     with tempfile.TemporaryDirectory() as work_dir:
         ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
@@ -32,7 +63,7 @@ def tune(store, wk, mod, target, trials, job):
     return counters, search
 
 
-def test_stored_candidates_are_not_measured_again():
+def test_stored_candidates_are_not_measured_again_and_a_cold_workload_starts_at_random():
     import tvm
 
     from farm.messages import TuneTask
@@ -43,8 +74,13 @@ def test_stored_candidates_are_not_measured_again():
     store.put_workload(TuneTask(name="mm", workload_key="wk", weight=1,
                                 mod_json=tvm.ir.save_json(mod), target={"kind": "llvm"},
                                 device_key="cpu-local"))
-    first, _ = tune(store, "wk", mod, target, 8, "j1")
-    assert first.new == store.record_count("wk") >= 8
+    # A cold workload (nothing stored): the first batch is sampled at random, the rest of
+    # the round is TVM's evolutionary search, starting from that batch.
+    inner = CountingInner()
+    first, _ = tune(store, "wk", mod, target, 16, "j1", cold=True, inner=inner)
+    assert inner.max_trials == 8 and inner.batches == 1
+    assert first.new == store.record_count("wk") >= 12  # a random sample may repeat one
+    assert first.valid == first.new
     # Another round, warm from the store (its search starts from the stored best).
     second, search = tune(store, "wk", mod, target, 8, "j2")
     assert second.duplicates == 0  # nothing already stored was built and measured again
@@ -118,3 +154,5 @@ def test_the_search_never_hands_out_a_stored_candidate():
     assert StoreAwareSearch(store, "wk", workload, target,
                             inner=endless).generate_measure_candidates() is None
     assert len(endless.notified) == MAX_KNOWN_BATCHES
+
+
