@@ -62,6 +62,7 @@ def main() -> int:
                                    space_generator="post-order-apply",
                                    search_strategy="evolutionary", task_name=t.name)
                     for t in ex.tasks]
+        (work / "db").mkdir(parents=True, exist_ok=True)
         db = ms.database.JSONDatabase(work_dir=str(work / "db"))
         ms.tune_tasks(
             tasks=contexts, task_weights=[float(t.weight) for t in ex.tasks],

@@ -240,6 +240,13 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
+    try:
+        return run_all(args, out, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, out: Path, work: Path) -> int:
     t0 = time.monotonic()
     subprocess.run([sys.executable, str(ROOT / "examples" / "make_models.py"), str(work)],
                    check=True, capture_output=True)
@@ -278,7 +285,6 @@ def main() -> int:
              f"task, {args.delay_s} s added per measurement)", "", HOW["scaling"], "",
              *table(scale), ""]
     (out / "results.md").write_text("\n".join(lines))
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL)")
     w.add_argument("--redis", help="record store URL (default: the broker)")
     w.add_argument("--keys", help="device keys to serve (default: every key on the tracker)")
-    w.add_argument("--concurrency", type=int, help="rounds at once (default 1)")
+    w.add_argument("--concurrency", type=int, help="rounds at once (default: 2 when the phones are devices of their own, 1 when they are emulated on this host)")
     w.add_argument("--hostname", help="Celery node name (default farm@<host>)")
     w.add_argument("--loglevel", default="INFO")
     w.add_argument("--pool", default="prefork", choices=["prefork", "solo"])

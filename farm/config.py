@@ -33,7 +33,10 @@ class FarmConfig:
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
     device_wait_s: float = 300.0  # how long a round waits for a phone of its key
     round_timeout_s: float = 1800.0  # broker visibility timeout: sized to a round, not to a job
-    worker_concurrency: int = 1
+    # rounds a worker runs at once; 0: automatic (`farm worker`): 2 when its phones are
+    # devices of their own (one round searches and builds while the other's batch is on the
+    # phones), 1 when they are emulated on this host (measurements must not share its cores)
+    worker_concurrency: int = 0
     # build processes; a round builds, then measures, so builds may use every core
     builder_workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     builder_max_uses: int = 64  # a warm build process is recycled after this many builds
@@ -46,18 +49,20 @@ class FarmConfig:
     def search_threads(self) -> int:
         if self.search_cores > 0:
             return self.search_cores
-        return max(1, (os.cpu_count() or 1) // self.worker_concurrency)
+        return max(1, (os.cpu_count() or 1) // max(1, self.worker_concurrency))
 
     @property
     def store_url(self) -> str | None:
         return self.redis_url or self.broker_url
 
     def validate(self) -> FarmConfig:
-        for name in ("phones", "round_trials", "worker_concurrency", "builder_workers",
-                     "builder_max_uses"):
+        for name in ("phones", "round_trials", "builder_workers", "builder_max_uses"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}",
                                  subject="config")
+        if self.worker_concurrency < 0:
+            raise UsageError(f"worker_concurrency must be >= 0 (0: automatic), got "
+                             f"{self.worker_concurrency}", subject="config")
         if self.search_cores < 0:
             raise UsageError(f"search_cores must be >= 0 (0: automatic), got "
                              f"{self.search_cores}", subject="config")

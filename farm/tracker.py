@@ -14,6 +14,7 @@ class KeyInfo:
     total: int  # phones registered under the key
     free: int  # phones not in a session
     pending: int  # session requests waiting
+    hosts: tuple[str, ...] = ()  # the phones' addresses, as they registered
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -38,19 +39,43 @@ def phones(addr: str) -> dict[str, KeyInfo]:
                                 f"--host {host} --port {port}`, or start one with "
                                 f"`farm tracker --port {port}`") from e
     totals: dict[str, int] = {}
+    hosts: dict[str, set[str]] = {}
     for server in summary.get("server_info", []):
         key = str(server.get("key", ""))
         if key.startswith("server:"):
             key = key[len("server:"):]
         if key:
             totals[key] = totals.get(key, 0) + 1
+            addr = server.get("addr") or [None]
+            if addr[0]:
+                hosts.setdefault(key, set()).add(str(addr[0]))
     out: dict[str, KeyInfo] = {}
     queue = summary.get("queue_info", {})
     for key in set(totals) | set(queue):
         q = queue.get(key, {})
         out[key] = KeyInfo(total=totals.get(key, 0), free=int(q.get("free", 0)),
-                           pending=int(q.get("pending", 0)))
+                           pending=int(q.get("pending", 0)),
+                           hosts=tuple(sorted(hosts.get(key, ()))))
     return out
+
+
+def this_host_addresses() -> set[str]:
+    """The addresses by which a phone on this machine could have registered."""
+    import psutil
+
+    out = {"localhost", socket.gethostname()}
+    for addrs in psutil.net_if_addrs().values():
+        out.update(a.address.split("%")[0] for a in addrs
+                   if a.family in (socket.AF_INET, socket.AF_INET6))
+    return out
+
+
+def phones_on_this_host(found: dict[str, KeyInfo], keys: list[str]) -> bool:
+    """Do phones of `keys` run on this machine (emulated: they share its cores)? A phone on
+    loopback or on one of this host's addresses does."""
+    mine = this_host_addresses()
+    return any(h in mine or h.startswith("127.") or h == "::1"
+               for k in keys for h in found.get(k, KeyInfo(0, 0, 0)).hosts)
 
 
 def wait_for_phones(addr: str, key: str, count: int, timeout_s: float) -> dict[str, KeyInfo]:

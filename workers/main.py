@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from dataclasses import replace
 
 from farm import tracker as tracker_mod
 from farm.config import FarmConfig
@@ -29,6 +30,14 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         raise ServiceError("the tracker has no phones registered, so this host has no device key "
                            "to serve", subject=f"tracker {tracker}",
                            hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
+    if config.worker_concurrency == 0:
+        known = any(found[k].hosts for k in keys if k in found)  # none yet: assume emulated
+        own = known and not tracker_mod.phones_on_this_host(found, keys)
+        config = replace(config, worker_concurrency=2 if own else 1)
+        why = ("its phones are devices of their own" if own else
+               "its phones run on this host (emulated): measurements keep its cores" if known
+               else "no phone registered yet: assuming emulated phones")
+        log.info("worker: %s, so %d round(s) at once", why, config.worker_concurrency)
     from workers.app import build_app
     from workers.heartbeat import Heartbeat
 

@@ -1,0 +1,65 @@
+"""Rounds overlap on a host whose phones are devices of their own: one round searches and
+builds while another's batch is on the phones. Real Redis, tracker, slow phones (they add a
+fixed delay to every measurement, like a real phone's upload and run) and one worker that
+runs 2 rounds at once, as `farm worker` chooses for phones that are not on its host."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+
+import pytest
+
+from farm import services
+from farm.store import open_store
+from farm.tracker import wait_for_phones
+from tests.helpers import run_farm
+
+pytestmark = pytest.mark.integration
+STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO workers\.measure: round 1 of (\S+) on "
+
+
+def round_spans(log: str) -> dict[str, tuple[datetime, datetime]]:
+    """task -> (round 1 started, round 1 ended), from the worker's log."""
+    starts, ends = {}, {}
+    for line in log.splitlines():
+        m = re.match(STAMP + r".*: (\d+) trials \(", line)
+        if m:
+            starts[m.group(2)] = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        m = re.match(STAMP + r".*new records", line)
+        if m:
+            ends[m.group(2)] = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+    return {t: (starts[t], ends[t]) for t in starts if t in ends}
+
+
+def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_models, tmp_path):
+    group = services.ServiceGroup()
+    try:
+        svc, tracker = services.start_tracker(tmp_path)
+        group.add(svc)
+        for i in range(2):
+            group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=1.0))
+        wait_for_phones(tracker, "cpu-local", 2, 60)
+        worker = group.add(services.start_worker(tracker, clean_redis, tmp_path,
+                                                 extra=["--concurrency", "2"]))
+        out = tmp_path / "out"
+        proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
+                         "--out", str(out), "--tracker", tracker, "--timeout", "900"],
+                        tmp_path, env={"FARM_BROKER_URL": clean_redis})
+        assert proc.returncode == 0, proc.stderr[-3000:] + worker.log_tail()
+        summary = json.loads((out / "summary.json").read_text())
+        spans = round_spans((tmp_path / "worker.log").read_text())
+    finally:
+        group.stop()
+    assert len(spans) == len(summary["tasks"]) >= 3, spans
+    ordered = sorted(spans.values())
+    overlaps = sum(1 for (_, end), (start, _) in zip(ordered, ordered[1:], strict=False) if start < end)
+    assert overlaps >= 1, spans  # a round started while the one before was still running
+    store = open_store(clean_redis)
+    for task in summary["tasks"]:  # and nothing was measured twice or lost
+        recs = store.records(task["workload_key"])
+        assert len(recs) == task["trials_measured"] >= 1
+        assert len({r.candidate for r in recs}) == len(recs)
+        assert task["measure_s"] > 0
+    assert summary["numerics_ok"]
