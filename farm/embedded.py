@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,18 +85,50 @@ def reap_orphans(home: Path) -> list[int]:
     return reaped
 
 
-@contextlib.contextmanager
-def _home_lock(home: Path) -> Iterator[Path]:
-    """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
+# How long a command waits for FARM_HOME's lock held by a short-lived holder (`farm status`,
+# `farm cache` start the store's Redis for a few seconds) or by a farm still starting up.
+LOCK_WAIT_S = 60.0
+
+
+def _holder(home: Path) -> dict:
+    try:
+        return json.loads((home / "embedded.lock").read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _try_lock(home: Path, purpose: str):
+    """FARM_HOME's lock, taken for `purpose` ("farm" or "store"), or None when it is held."""
     home.mkdir(parents=True, exist_ok=True)
-    lock = open(home / "embedded.lock", "w")  # noqa: SIM115 - held for the farm's life
+    lock = open(home / "embedded.lock", "a+")  # noqa: SIM115 - held for the holder's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as e:
+    except BlockingIOError:
         lock.close()
-        raise ServiceError("another embedded farm is running on this FARM_HOME",
-                           subject=str(home),
-                           hint="wait for it, or set FARM_HOME to another folder") from e
+        return None
+    lock.truncate(0)
+    lock.write(json.dumps({"pid": os.getpid(), "purpose": purpose}))
+    lock.flush()
+    return lock
+
+
+def _busy(home: Path) -> ServiceError:
+    return ServiceError("another embedded farm is running on this FARM_HOME", subject=str(home),
+                        hint="wait for it, or set FARM_HOME to another folder")
+
+
+def _farm_holds(home: Path) -> bool:
+    """A live `farm submit` (not a brief `farm status`) holds FARM_HOME."""
+    import psutil
+
+    holder = _holder(home)
+    return holder.get("purpose") == "farm" and holder.get("pid") != os.getpid() \
+        and psutil.pid_exists(int(holder.get("pid", -1)))
+
+
+@contextlib.contextmanager
+def _home_lock(home: Path, lock) -> Iterator[Path]:
+    """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
     try:
         reap_orphans(home)
         log_dir = home / "logs" / str(os.getpid())
@@ -104,6 +137,17 @@ def _home_lock(home: Path) -> Iterator[Path]:
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
+
+
+def _farm_lock(home: Path):
+    """The lock for an embedded farm: fails at once when another farm runs on `home`, waits
+    (up to LOCK_WAIT_S) while a `farm status` or `farm cache` briefly holds it."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while (lock := _try_lock(home, "farm")) is None:
+        if _farm_holds(home) or time.monotonic() > deadline:
+            raise _busy(home)
+        time.sleep(0.2)
+    return lock
 
 
 def running_farm_url(home: Path) -> str | None:
@@ -120,13 +164,22 @@ def running_farm_url(home: Path) -> str | None:
 @contextlib.contextmanager
 def embedded_store_url(config: FarmConfig) -> Iterator[str]:
     """The embedded farm's Redis (for `farm cache`, `farm status` without a lab farm): the
-    running farm's when a `farm submit` is running on this FARM_HOME, else started for now."""
+    running farm's when a `farm submit` is running on this FARM_HOME (waiting for its Redis
+    if it is starting up), else started for now."""
     home = Path(config.home)
-    url = running_farm_url(home)
-    if url is not None:
-        yield url
-        return
-    with _home_lock(home) as log_dir:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        url = running_farm_url(home)
+        if url is not None:
+            yield url
+            return
+        lock = _try_lock(home, "store")
+        if lock is not None:
+            break
+        if time.monotonic() > deadline:
+            raise _busy(home)
+        time.sleep(0.2)
+    with _home_lock(home, lock) as log_dir:
         group = services.ServiceGroup(pid_file=log_dir / "pids")
         try:
             svc, url = services.start_redis(home / "redis", log_dir)
@@ -139,7 +192,7 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
 @contextlib.contextmanager
 def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "") -> Iterator[EmbeddedFarm]:
     home = Path(config.home)
-    with _home_lock(home) as log_dir, _services(config, home, log_dir, threads, arch) as farm:
+    with _home_lock(home, _farm_lock(home)) as log_dir, _services(config, home, log_dir, threads, arch) as farm:
         yield farm
 
 
@@ -147,9 +200,13 @@ def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "") -> Itera
 def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
               arch: str = "") -> Iterator[EmbeddedFarm]:
     group = services.ServiceGroup(pid_file=log_dir / "pids")
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(group.stop)
         redis_svc, url = services.start_redis(home / "redis", log_dir)
         group.add(redis_svc)
+        running = home / "running.json"  # `farm status` elsewhere reads this farm's store
+        running.write_text(json.dumps({"pid": os.getpid(), "broker_url": url}))
+        stack.callback(running.unlink, missing_ok=True)
         tracker_svc, tracker = services.start_tracker(log_dir)
         group.add(tracker_svc)
         for i in range(config.phones):
@@ -164,11 +221,4 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         group.add(services.start_worker(tracker, url, log_dir, env=config_env(config)))
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
                  config.phones, config.device_key, log_dir)
-        running = home / "running.json"
-        running.write_text(json.dumps({"pid": os.getpid(), "broker_url": url, "tracker": tracker}))
-        try:
-            yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
-        finally:
-            running.unlink(missing_ok=True)
-    finally:
-        group.stop()
+        yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
