@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-full bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ lint: venv
 
 bench: venv
 	$(BIN)/python bench/run.py
+
+bench-full: venv
+	$(BIN)/python bench/run.py --models resnet,transformer
 
 bench-rss: venv
 	$(BIN)/python bench/rss.py

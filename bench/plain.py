@@ -5,7 +5,8 @@
 In one process: ingest (torch.export -> Relax), fuse and extract tasks (the farm's own
 code, so both sides tune the same tasks), start a TVM RPC tracker and N emulated phones
 (1 thread each), `ms.tune_tasks` over all tasks (LocalBuilder, RPCRunner, XGB cost
-model, 16 trials per iteration, `max_trials_per_task` = N), then build the tuned model.
+model, 16 trials per iteration, `max_trials_per_task` = N; the builder's timeout raised to
+300 s, see below), then build the tuned model.
 Writes DIR/plain.json: wall times of each stage, trials measured, the database folder.
 bench/run.py runs this side by side with `farm submit` on the same model.
 """
@@ -68,7 +69,10 @@ def main() -> int:
             tasks=contexts, task_weights=[float(t.weight) for t in ex.tasks],
             work_dir=str(work / "ms"), max_trials_global=args.trials * len(ex.tasks),
             max_trials_per_task=args.trials, num_trials_per_iter=16,
-            builder=ms.builder.LocalBuilder(),
+            # TVM's default build timeout is 30 s, and each build call starts fresh processes
+            # that import every tensor intrinsic first (30-60 s on this 2-core machine): with
+            # it, every build timed out here. 300 s lets plain MetaSchedule build.
+            builder=ms.builder.LocalBuilder(timeout_sec=300),
             runner=ms.runner.RPCRunner(
                 RPCConfig(host, int(port), "bench", session_timeout_sec=30),
                 max_workers=args.phones),
