@@ -25,7 +25,9 @@ class DeviceProfile:
     threads: int = 1  # threads a kernel may use on the device (TVM_NUM_THREADS of the phone)
     number: int = 3  # evaluator: runs per measurement
     repeat: int = 1  # evaluator: measurements per candidate
-    min_repeat_ms: int = 0
+    # each measurement runs the kernel until it took >= this long (TVM's default): with 0, a
+    # 5 us kernel is timed over 15 us and the ranking of candidates is mostly noise
+    min_repeat_ms: int = 100
     cooldown_s: float = 0.0
     notes: str = ""
     emulate: str = ""  # "arm64": the embedded farm's phones run this CPU under qemu
@@ -86,6 +88,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         cc="aarch64-linux-gnu-g++",
         threads=1,
         number=1,
+        min_repeat_ms=0,  # under qemu the timings rank nothing real; keep its rounds short
         emulate="arm64",
         notes="An emulated arm64 phone: aarch64 TVM under qemu user mode on this machine "
               "(`farm phones --arch arm64`); cross-compiled like an NDK profile.",
