@@ -507,6 +507,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "failed": sum(st.failures.values()), "failures": st.failures,
             "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
+            "single_schedule": st.single_schedule,
             "state": st.state,
             "message": st.message,
         })
@@ -549,6 +550,10 @@ def format_table(summary: dict[str, Any]) -> str:
                  f"{vs_torch}; numerics "
                  f"{'match torch' if summary['numerics_ok'] else 'DO NOT match torch'} "
                  f"(max abs err {summary['max_abs_err']:.2e})")
+    single = [t for t in summary["tasks"] if t.get("single_schedule")]
+    if single:
+        lines.append(f"{len(single)} task(s) have one possible schedule: measured once, "
+                     "not searched")
     fb = summary["schedules"]["fallback"]
     if fb:
         lines.append(f"default schedule for {len(fb)} function(s): "

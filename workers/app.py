@@ -150,7 +150,7 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         state = _replace(prior, state="done", message=f"{count} trials in store", **base)
     elif result.single_schedule and result.device_lost == 0 and count >= 1:
         _best_effort(store.mark_exhausted, req.workload_key, count)
-        state = _replace(prior, state="exhausted",
+        state = _replace(prior, state="exhausted", single_schedule=True,
                          message="one possible schedule: measured once", **base)
     elif (not result.skipped and result.device_lost == 0
           and result.measured + result.duplicates < result.requested):

@@ -84,6 +84,7 @@ class TaskState(_Message):
     device_lost: int = 0
     retries: int = 0  # rounds run again: redelivered after a worker died, re-sent after lost
     measure_s: float = 0.0  # seconds its batches spent on the phones, over all rounds
+    single_schedule: bool = False  # one possible schedule: measured once, never searched
     updated_at: float = 0.0
     history: list[float] = field(default_factory=list)  # best us after each round
 

@@ -27,3 +27,8 @@ def test_model_tunes_and_matches_torch(example_models, tmp_path, model, shape):
     assert all(t["best_us"] is not None for t in summary["tasks"])
     assert summary["latency_us"]["tuned"] < summary["latency_us"]["untuned"]
     assert not summary["schedules"]["fallback"], summary["schedules"]["fallback"]
+    if model == "transformer.pt2":  # its reshapes and the like have one possible schedule
+        single = [t for t in summary["tasks"] if t["single_schedule"]]
+        assert single, [t["message"] for t in summary["tasks"]]
+        assert all(t["trials_measured"] == 1 and t["state"] == "exhausted" for t in single)
+        assert f"{len(single)} task(s) have one possible schedule" in proc.stdout
