@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-full bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-full bench-spread bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench: venv
 
 bench-full: venv
 	$(BIN)/python bench/run.py --models resnet,transformer
+
+# the tuned latency of one tuning run varies from run to run: 3 runs per side, medians
+bench-spread: venv
+	$(BIN)/python bench/run.py --models resnet --repeats 3 --quality "" --scaling "" \
+		--out bench/spread
 
 bench-rss: venv
 	$(BIN)/python bench/rss.py

@@ -1,6 +1,6 @@
 """Benchmarks: the farm against plain MetaSchedule and torch, measured side by side in one run.
 
-    python bench/run.py [--trials 16] [--models resnet,transformer]
+    python bench/run.py [--trials 16] [--models resnet,transformer] [--repeats 1]
                         [--quality resnet,mobile,transformer] [--scaling resnet]
                         [--phones 1,2,4] [--delay-s 0.5] [--scaling-trials 8] [--out bench]
 
@@ -11,6 +11,8 @@ Every section runs on this machine, one thing at a time (never two measured thin
    tracker, worker), each in a fresh process, same tasks, same trials per task, 2 emulated
    phones of 1 thread each, fresh stores. Ratios of whole-process wall times and of the
    tuning phases, trials per minute, and the tuned models' latency, both re-timed here.
+   With `--repeats R`, each side tunes R times (interleaved): medians, and every run's
+   tuned latency, which shows how much tuning runs differ from one another at this budget.
 2. Resubmit: the same model submitted again to the same farm home: wall ratio, trials (0).
 3. Scaling (`--scaling`): `farm submit` with 1, 2, 4 emulated phones that each add
    `--delay-s` to every measurement (farm/phone.py, like a real phone's upload and run).
@@ -31,6 +33,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,30 +135,51 @@ def trials_to_within(home: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return {"trials_to_within_10pct": needed, "trials_total": total}
 
 
-def throughput(name: str, model: Path, trials: int, work: Path) -> tuple[dict, dict]:
-    plain = plain_metaschedule(model, trials, work / f"plain-{name}")
-    home = work / f"home-{name}"
-    first = farm_submit(model, trials, work / f"farm-{name}", home)
+def throughput(name: str, model: Path, trials: int, work: Path,
+               repeats: int = 1) -> tuple[dict, dict]:
+    """Plain and farm, `repeats` times each, interleaved (plain, farm, plain, farm, ...) on
+    fresh stores; then the first farm's home once more (resubmit). Wall times and tuned
+    latencies are medians over the repeats; the tuned latencies' ranges show how much one
+    tuning run differs from the next at this budget (the seed: the noise of the comparison)."""
+    plains, firsts = [], []
+    for i in range(repeats):
+        plains.append(plain_metaschedule(model, trials, work / f"plain-{name}-{i}"))
+        firsts.append(farm_submit(model, trials, work / f"farm-{name}-{i}",
+                                  work / f"home-{name}-{i}"))
+    home = work / f"home-{name}-0"
     again = farm_submit(model, trials, work / f"farm2-{name}", home)
     ref = Reference(model)
-    plain_us, farm_us = ref.time_tvm(plain["db"]), ref.time_tvm(first["log"])
+    plain_us = [ref.time_tvm(p["db"]) for p in plains]
+    farm_us = [ref.time_tvm(f["log"]) for f in firsts]
+    plain_wall = median([p["process_wall_s"] for p in plains])
+    farm_wall = median([f["wall_s"] for f in firsts])
+    plain_tune = median([p["tune_s"] for p in plains])
+    farm_tune = median([f["tuning_s"] for f in firsts])
+    first = firsts[0]
     row = {
-        "model": name, "tasks": plain["tasks"], "trials_per_task": trials,
-        "plain_wall_s": round(plain["process_wall_s"], 1),
-        "farm_wall_s": round(first["wall_s"], 1),
-        "ratio_wall": round(first["wall_s"] / plain["process_wall_s"], 3),
-        "plain_tune_s": round(plain["tune_s"], 1), "farm_tuning_s": round(first["tuning_s"], 1),
-        "ratio_tuning": round(first["tuning_s"] / plain["tune_s"], 3),
-        "plain_trials": plain["trials"], "farm_trials": first["trials"],
-        "plain_trials_per_min": round(plain["trials"] / plain["tune_s"] * 60, 1),
-        "farm_trials_per_min": round(first["trials"] / first["tuning_s"] * 60, 1),
-        "tuned_us_plain": round(plain_us, 1), "tuned_us_farm": round(farm_us, 1),
+        "model": name, "tasks": plains[0]["tasks"], "trials_per_task": trials,
+        "runs": repeats,
+        "plain_wall_s": round(plain_wall, 1), "farm_wall_s": round(farm_wall, 1),
+        "ratio_wall": round(farm_wall / plain_wall, 3),
+        "plain_tune_s": round(plain_tune, 1), "farm_tuning_s": round(farm_tune, 1),
+        "ratio_tuning": round(farm_tune / plain_tune, 3),
+        "plain_trials": plains[0]["trials"], "farm_trials": first["trials"],
+        "plain_trials_per_min": round(plains[0]["trials"] / plain_tune * 60, 1),
+        "farm_trials_per_min": round(first["trials"] / farm_tune * 60, 1),
+        "tuned_us_plain": round(median(plain_us), 1), "tuned_us_farm": round(median(farm_us), 1),
+        "ratio_tuned_us": round(median(farm_us) / median(plain_us), 3),
+        "tuned_us_plain_runs": " / ".join(f"{u:.1f}" for u in plain_us),
+        "tuned_us_farm_runs": " / ".join(f"{u:.1f}" for u in farm_us),
         "resubmit_wall_s": round(again["wall_s"], 1),
         "resubmit_trials_measured": again["trials"],
         "ratio_resubmit": round(again["wall_s"] / first["wall_s"], 3),
     }
-    quality = quality_row(name, ref, first, home, farm_us)
+    quality = quality_row(name, ref, first, home, farm_us[0])
     return row, quality
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def quality_row(name: str, ref: Reference, farm: dict[str, Any], home: Path,
@@ -209,7 +233,10 @@ HOW = {
         "torch/untuned/tuned on a phone). ratio_wall = whole processes; ratio_tuning = plain's "
         "tune_tasks call vs the farm's first round sent -> last task done (includes the "
         "worker's warm-up when it was not done yet). Both tuned models are re-timed here, "
-        "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms)."),
+        "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms). "
+        "runs = tuning runs per side (interleaved plain, farm, plain, farm...); wall times and "
+        "tuned_us are medians over them, *_runs list every run's tuned latency; ratio_tuned_us "
+        "= farm / plain median tuned latency (< 1: the farm's model is faster)."),
     "resubmit": "the same model again on the same farm home, right after the first submit.",
     "scaling": (
         "`farm submit` with FARM_PHONES=n and FARM_PHONE_DELAY_S: every emulated phone sleeps "
@@ -231,6 +258,8 @@ HOW = {
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="tune each --models model this many times on each side (medians)")
     # plain MetaSchedule on the transformer (22 tasks, a fresh build pool per task) alone
     # takes ~25 min here: `make bench` compares on the CNN, `make bench-full` on both
     p.add_argument("--models", default="resnet")
@@ -255,7 +284,7 @@ def run_all(args: argparse.Namespace, out: Path, work: Path) -> int:
                    check=True, capture_output=True)
     rows, quality = [], []
     for name in filter(None, args.models.split(",")):
-        row, q = throughput(name, work / f"{name}.pt2", args.trials, work)
+        row, q = throughput(name, work / f"{name}.pt2", args.trials, work, args.repeats)
         rows.append(row)
         print(json.dumps(row), flush=True)
         if name in args.quality.split(","):
@@ -275,12 +304,13 @@ def run_all(args: argparse.Namespace, out: Path, work: Path) -> int:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
             "bench_wall_s": round(time.monotonic() - t0), "how": HOW,
+            "args": " ".join(sys.argv[1:]),
             "scaling_model": args.scaling, "scaling_trials_per_task": args.scaling_trials}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "throughput": rows, "quality": quality, "scaling": scale}, indent=2))
     lines = [f"# tunefarm benchmarks ({meta['date']}, {meta['machine']})", "",
-             f"`make bench` ran {meta['bench_wall_s']} s.", "",
+             f"`python bench/run.py {meta['args']}` ran {meta['bench_wall_s']} s.", "",
              "## Throughput and overhead: farm vs plain MetaSchedule (and resubmit)", "",
              HOW["throughput"], "", "Resubmit: " + HOW["resubmit"], "", *table(rows), "",
              "## Quality: torch vs untuned vs tuned", "", HOW["quality"], "", *table(quality),
