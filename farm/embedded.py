@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from farm import services
 from farm.config import FarmConfig
@@ -90,14 +91,14 @@ def reap_orphans(home: Path) -> list[int]:
 LOCK_WAIT_S = 60.0
 
 
-def _holder(home: Path) -> dict:
+def _holder(home: Path) -> dict[str, Any]:
     try:
         return json.loads((home / "embedded.lock").read_text() or "{}")
     except (OSError, ValueError):
         return {}
 
 
-def _try_lock(home: Path, purpose: str):
+def _try_lock(home: Path, purpose: str) -> IO[str] | None:
     """FARM_HOME's lock, taken for `purpose` ("farm" or "store"), or None when it is held."""
     home.mkdir(parents=True, exist_ok=True)
     lock = open(home / "embedded.lock", "a+")  # noqa: SIM115 - held for the holder's life
@@ -127,7 +128,7 @@ def _farm_holds(home: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _home_lock(home: Path, lock) -> Iterator[Path]:
+def _home_lock(home: Path, lock: IO[str]) -> Iterator[Path]:
     """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
     try:
         reap_orphans(home)
@@ -139,7 +140,7 @@ def _home_lock(home: Path, lock) -> Iterator[Path]:
         lock.close()
 
 
-def _farm_lock(home: Path):
+def _farm_lock(home: Path) -> IO[str]:
     """The lock for an embedded farm: fails at once when another farm runs on `home`, waits
     (up to LOCK_WAIT_S) while a `farm status` or `farm cache` briefly holds it."""
     deadline = time.monotonic() + LOCK_WAIT_S
