@@ -33,12 +33,12 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,10 +178,6 @@ def throughput(name: str, model: Path, trials: int, work: Path,
     return row, quality
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def quality_row(name: str, ref: Reference, farm: dict[str, Any], home: Path,
                 farm_us: float | None = None) -> dict[str, Any]:
     untuned = ref.time_tvm(None)
@@ -260,8 +256,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--repeats", type=int, default=1,
                    help="tune each --models model this many times on each side (medians)")
-    # plain MetaSchedule on the transformer (22 tasks, a fresh build pool per task) alone
-    # takes ~25 min here: `make bench` compares on the CNN, `make bench-full` on both
+    # plain MetaSchedule alone took 11-19 min on the example transformer (17 tasks) here:
+    # `make bench` compares on the CNN, `make bench-full` on both
     p.add_argument("--models", default="resnet")
     p.add_argument("--quality", default="resnet,mobile,transformer")
     p.add_argument("--scaling", default="resnet")

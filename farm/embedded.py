@@ -129,7 +129,9 @@ def _farm_holds(home: Path) -> bool:
 
 @contextlib.contextmanager
 def _home_lock(home: Path, lock: IO[str]) -> Iterator[Path]:
-    """One embedded farm per FARM_HOME at a time (its Redis owns the AOF files there)."""
+    """While `lock` (FARM_HOME's, from _try_lock or _farm_lock: one Redis per FARM_HOME owns
+    the AOF files there) is held: reaps what a killed run left, yields this process's log
+    folder; releases the lock at the end."""
     try:
         reap_orphans(home)
         log_dir = home / "logs" / str(os.getpid())
@@ -193,7 +195,8 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
 @contextlib.contextmanager
 def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "") -> Iterator[EmbeddedFarm]:
     home = Path(config.home)
-    with _home_lock(home, _farm_lock(home)) as log_dir, _services(config, home, log_dir, threads, arch) as farm:
+    with _home_lock(home, _farm_lock(home)) as log_dir, \
+            _services(config, home, log_dir, threads, arch) as farm:
         yield farm
 
 

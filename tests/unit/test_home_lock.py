@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ def test_a_farm_waits_while_a_status_command_holds_the_home(tmp_path: Path):
     t0 = time.monotonic()
     lock = embedded._farm_lock(tmp_path)
     assert time.monotonic() - t0 >= 0.5
-    assert embedded._holder(tmp_path) == {"pid": __import__("os").getpid(), "purpose": "farm"}
+    assert embedded._holder(tmp_path) == {"pid": os.getpid(), "purpose": "farm"}
     lock.close()
 
 
