@@ -254,7 +254,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     group = services.ServiceGroup(pid_file=None)
     try:
         redis_svc, url = services.start_redis(home / "up-redis", log_dir, port=args.redis_port,
-                                              host=args.bind, password=args.redis_password)
+                                              host=args.bind, password=args.redis_password,
+                                              maxmemory=config.redis_maxmemory)
         group.add(redis_svc)
         group.add(services.start("flower", flower_argv(url, args.bind, args.flower_port,
                                                        args.flower_auth), log_dir))

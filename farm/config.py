@@ -32,7 +32,11 @@ class FarmConfig:
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
     device_wait_s: float = 300.0  # how long a round waits for a phone of its key
-    round_timeout_s: float = 1800.0  # broker visibility timeout: sized to a round, not to a job
+    # the broker's visibility timeout: a last resort only. A lost round comes back through the
+    # supervisor (workers/supervisor.py) within a host TTL, whatever this is.
+    round_timeout_s: float = 1800.0
+    supervisor_interval_s: float = 5.0  # how often the leading supervisor sweeps the jobs
+    redis_maxmemory: str = "4gb"  # the embedded and `farm up` Redis; full: clear error, no eviction
     # rounds a worker runs at once; 0: automatic (`farm worker`): 2 when its phones are
     # devices of their own (one round searches and builds while the other's batch is on the
     # phones), 1 when they are emulated on this host (measurements must not share its cores)
@@ -69,7 +73,8 @@ class FarmConfig:
         if self.phone_delay_s < 0:
             raise UsageError(f"phone_delay_s must be >= 0, got {self.phone_delay_s}",
                              subject="config")
-        for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s"):
+        for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
+                     "supervisor_interval_s"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)}",
                                  subject="config")
@@ -88,6 +93,8 @@ _ENV = {
     "run_timeout_s": "FARM_RUN_TIMEOUT_S",
     "device_wait_s": "FARM_DEVICE_WAIT_S",
     "round_timeout_s": "FARM_ROUND_TIMEOUT_S",
+    "supervisor_interval_s": "FARM_SUPERVISOR_INTERVAL_S",
+    "redis_maxmemory": "FARM_REDIS_MAXMEMORY",
     "worker_concurrency": "FARM_WORKER_CONCURRENCY",
     "builder_workers": "FARM_BUILDER_WORKERS",
     "builder_max_uses": "FARM_BUILDER_MAX_USES",

@@ -7,10 +7,11 @@ sized to a round, not to a job.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.messages import PRIORITIES, RoundRequest
+from farm.messages import PRIORITIES, RoundRequest, logical_of
 
 ROUND_TASK = "tunefarm.round"
 PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
@@ -31,6 +32,22 @@ def queue_lists(device_key: str) -> list[str]:
 def queued_rounds(client: Any, device_key: str) -> int:
     """Rounds waiting in the broker for a phone of `device_key` (all priorities)."""
     return sum(int(client.llen(name)) for name in queue_lists(device_key))
+
+
+def queued_round_ids(client: Any, device_key: str) -> set[str]:
+    """Logical ids of the rounds waiting in the broker for a phone of `device_key`.
+
+    Reads kombu's Redis lists (a message is JSON with the task id in its headers); a message
+    that is not a round, or not readable, is passed over."""
+    found = set()
+    for name in queue_lists(device_key):
+        for raw in client.lrange(name, 0, -1):
+            try:
+                task_id = json.loads(raw)["headers"]["id"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            found.add(logical_of(str(task_id)))
+    return found
 
 
 def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:

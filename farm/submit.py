@@ -20,18 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from farm import compile as compile_stage
-from farm import cross, keys
+from farm import cross
 from farm import extract as extract_stage
 from farm import finalize as finalize_stage
 from farm import ingest as ingest_stage
 from farm import plan as plan_stage
 from farm import report as report_stage
 from farm.config import FarmConfig
-from farm.dispatch import make_app, queued_rounds, send_round
+from farm.dispatch import make_app, send_round
 from farm.errors import ServiceError, StoreError, TuneError, UsageError
 from farm.messages import PRIORITIES, JobSpec, RoundRequest
 from farm.profiles import resolve_profile
 from farm.store import RecordStore, TaskState, open_store
+from farm.store.store import MEASURE_COUNTERS, total_counts
 
 log = logging.getLogger(__name__)
 CLIENT = f"client@{socket.gethostname()}"  # who finalized a job, when a client did
@@ -279,6 +280,7 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
     farm.store.put_job(job)
     farm.store.set_job_status(job_id, state="running", started_at=str(time.time()),
                               run=str(run), message="")
+    farm.store.set_active(job_id, True)  # the farm's supervisor looks after it from now on
     for p in plans:
         farm.store.put_workload(p.task, job_id)
         if p.cached:
@@ -294,13 +296,16 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
                     state="done", message="job budget allocated to other tasks",
                     updated_at=time.time()))
                 continue
-        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-            state="queued", message="round 1 queued", updated_at=time.time()))
-        send_round(farm.app, RoundRequest(
+        first = RoundRequest(
             job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
             round_index=0, trials=trials, target_trials=opts.trials_per_task,
             max_rounds=p.max_rounds, device_key=profile.key, model=prep.bundle.name,
-            run=run, priority=PRIORITIES[opts.priority]))
+            run=run, priority=PRIORITIES[opts.priority])
+        # the state names the round before it is sent: a lost send is the supervisor's to redo
+        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+            state="queued", message="round 1 queued", updated_at=time.time(),
+            round=first.to_json()))
+        send_round(farm.app, first)
     planned = budget or sum(p.needed for p in plans)
     verb = f"resumed (run {run + 1})" if resume else "submitted"
     report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
@@ -320,8 +325,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
         t_tune = time.monotonic()
-        wait_for_job(farm, job, report, opts.timeout_s, stall_s=config.round_timeout_s + 60,
-                     live=opts.live)
+        wait_for_job(farm, job, report, opts.timeout_s, live=opts.live)
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
@@ -340,7 +344,8 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
             prep.extracted.untunable, fcompile=cross.fcompile(prep.profile),
         )
         summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
-                               result, prep.profile, time.monotonic() - t0)
+                               result, prep.profile, time.monotonic() - t0,
+                               farm.store.job_counts(job.job_id))
         summary["tuning_s"] = round(tuning_s, 1)
         summary["out"] = str(opts.out)
         report_stage.write(staging, summary, farm.store)
@@ -377,57 +382,19 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
             prep = prepare(opts, replace(config, device_key=job.device_key), report)
             check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, opts, config, report, t0)
-        wait_for_job(farm, job, report, timeout_s, stall_s=config.round_timeout_s + 60)
+        wait_for_job(farm, job, report, timeout_s)
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
         report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
                f"best record); {opts.model} is not readable here, so it was not compiled")
         return {"job_id": job_id, "state": "finalized", "best_records": len(picks)}
 
 
-def _queue_length(farm: Farm, device_key: str) -> int:
-    try:
-        return queued_rounds(farm.store.r, device_key)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - unknown: assume busy, do not re-send
-        return 1
-
-
-def reconcile(farm: Farm, job: JobSpec, states: dict[str, TaskState], stall_s: float) -> list[str]:
-    """Re-send the round of every task that has not moved for `stall_s` (its message was lost:
-    a broker restart, a lost redelivery). Rounds are idempotent, so a false alarm only costs a
-    skipped round. Returns the workload keys re-sent."""
-    if farm.app is None or stall_s <= 0:
-        return []
-    now = time.time()
-    resent = []
-    for wk, st in states.items():
-        if st.terminal or st.state in ("ready", "waiting") or now - st.updated_at < stall_s:
-            continue
-        if st.state == "queued" and _queue_length(farm, job.device_key) > 0:
-            continue  # still behind other rounds in the queue, not lost
-        attempt = int(now)
-        if not farm.store.claim(keys.key_for("resend", job.job_id, wk, str(int(st.updated_at))),
-                                ttl_s=keys.JOB_TTL_S):
-            continue
-        log.warning("job %s: %s has not moved for %.0f s; re-sending its round", job.job_id,
-                    job.task_names.get(wk, wk), now - st.updated_at)
-        farm.store.set_task_state(job.job_id, wk, TaskState.from_json(
-            {**st.to_json(), "message": "round re-sent after it was lost", "updated_at": now,
-             "state": "queued", "retries": st.retries + 1}))
-        send_round(farm.app, RoundRequest(
-            job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
-            round_index=st.rounds, trials=job.round_trials, target_trials=job.trials_per_task,
-            max_rounds=max(job.max_rounds, st.rounds + 2), device_key=job.device_key,
-            model=job.model, attempt=attempt, run=job.run,
-            priority=PRIORITIES.get(job.priority, PRIORITIES["normal"])))
-        resent.append(wk)
-    return resent
-
-
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 1.0,
-                 stall_s: float = 0.0, live: bool = False) -> dict[str, TaskState]:
-    """Poll the store until every task of the job is done, exhausted or failed; re-send the
-    rounds of tasks that stalled for `stall_s` (0: never). `live`: redraw the per-task view
+                 live: bool = False) -> dict[str, TaskState]:
+    """Poll the store until every task of the job is done, exhausted or failed. Only waits
+    and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and
+    finalizes the job, client or no client. `live`: redraw the per-task view
     (farm/progress.py) on stderr instead of printing a line per change."""
     import sys
 
@@ -455,7 +422,6 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
             report(f"job {job.job_id}: store unreachable ({e}); retrying")
             time.sleep(2)
             continue
-        reconcile(farm, job, states, stall_s)
         line = progress_line(job, states, measured)
         if live:
             text = render(job_view(farm.store, job))
@@ -494,7 +460,9 @@ def progress_line(job: JobSpec, states: dict[str, TaskState], measured: dict[str
 
 def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
                  states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
-                 result: compile_stage.CompileResult, profile: Any, wall_s: float) -> dict[str, Any]:
+                 result: compile_stage.CompileResult, profile: Any, wall_s: float,
+                 counts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    counts = counts or {}
     rows = []
     for task in tasks:
         wk = task.workload_key
@@ -508,6 +476,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
             "single_schedule": st.single_schedule,
+            "counts": counts.get(wk, dict.fromkeys(MEASURE_COUNTERS, 0)),
             "state": st.state,
             "message": st.message,
         })
@@ -518,6 +487,8 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
         "inputs": [list(x.shape) for x in bundle.inputs],
         "priority": job.priority, "run": job.run,
         "tasks": rows,
+        # every run sent to a phone, counted by the store: duplicates is "measured twice"
+        "measurements": total_counts(counts),
         "latency_us": {"torch": round(bundle.torch_us, 2), "untuned": round(result.untuned_us, 2),
                        "tuned": round(result.tuned_us, 2)},
         "speedup": {"tuned_vs_untuned": round(result.untuned_us / result.tuned_us, 3),

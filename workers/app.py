@@ -7,6 +7,7 @@ runner, TVM) in `_PROCESS`, set up by `worker_process_init`; nothing else is glo
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -17,9 +18,10 @@ from farm import keys
 from farm import plan as plan_stage
 from farm.config import FarmConfig
 from farm.dispatch import ROUND_TASK, make_app, send_round
-from farm.errors import FarmError
-from farm.messages import JobSpec, RoundRequest, RoundResult
+from farm.errors import FarmError, StoreError
+from farm.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
+from workers.fence import RoundFence, RoundStopped
 from workers.measure import (
     LEASE_TTL_S,
     LeaseBusy,
@@ -33,6 +35,7 @@ from workers.measure import (
 log = logging.getLogger(__name__)
 
 _PROCESS: dict[str, Any] = {}
+LIVE_STATES = ("queued", "tuning", "waiting")  # a task whose round is outstanding
 
 
 def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
@@ -70,17 +73,55 @@ def _context() -> tuple[WorkerContext, RecordStore]:
 
 
 def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """One round of one workload. Safe to run twice (see workers/measure.py)."""
+    """One round of one workload, fenced (workers/fence.py): a copy of a round that is done,
+    running elsewhere, or no longer the task's current round does not run."""
     req = RoundRequest.from_json(payload)
     ctx, store = _context()
+    prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+    current = RoundRequest.from_json(prior.round).logical_id if prior.round else req.logical_id
+    if current != req.logical_id or prior.terminal:
+        log.info("round %s of %s: skipped, the task is %s (current round %s)", req.round_id,
+                 req.task_name, prior.state, current)
+        return {"skipped": "superseded"}
+    fence = RoundFence(store, req, ctx.host, ttl_s=keys.HOST_TTL_S)
+    verdict = fence.enter()
+    if verdict == "done":
+        if prior.state in LIVE_STATES:  # it ran, but the job did not go on (its worker died)
+            continue_job(_PROCESS["app"], store, req, RoundResult(
+                job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
+                host=ctx.host, measured=0, valid=0, skipped=True))
+        return {"skipped": "done"}
+    if verdict != "run":
+        log.info("round %s of %s: skipped, a live copy runs on %s", req.round_id, req.task_name,
+                 verdict)
+        return {"skipped": f"running: {verdict}"}
+    done = False
+    try:
+        if fence.poisoned:
+            done = True
+            _fail(store, req, ctx.host, f"round {req.round_index + 1} killed its worker process "
+                                        f"{fence.crashes} times (a poison round): given up")
+            return {"failed": "poison round"}
+        result = _run(self, ctx, store, req, fence)
+        if result is None:
+            return {"skipped": "stale"}
+        done = True
+    finally:
+        fence.exit(done)
+    continue_job(_PROCESS["app"], store, req, result)
+    return result.to_json()
 
+
+def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
+         fence: RoundFence) -> RoundResult | None:
     def progress(c: Any) -> None:
+        fence.check()
         meta = {"job": req.job_id, "task": req.task_name, "round": req.round_index + 1,
                 "trials_done": c.new + c.duplicates, "trials_total": req.trials,
                 "best_us": c.best_us, "host": ctx.host, "device_key": req.device_key}
         _best_effort(store.acquire_lease, req.workload_key, req.job_id, LEASE_TTL_S)  # renew
-        _best_effort(self.update_state, None, "PROGRESS", meta)
-        _best_effort(self.send_event, "task-progress", **meta)
+        _best_effort(task.update_state, None, "PROGRESS", meta)
+        _best_effort(task.send_event, "task-progress", **meta)
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
         best = f", best {c.best_us:.1f} us" if c.best_us else ""
         _best_effort(store.set_task_state, req.job_id, req.workload_key, _replace(
@@ -89,37 +130,48 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
                     f"on {ctx.host}{best}"))
 
     try:
-        result = run_round(ctx, store, req, on_progress=progress)
+        return run_round(ctx, store, req, on_progress=progress)
     except StaleRound as e:
         log.info("skipped: %s", e)
-        return {"skipped": str(e)}
+        return None
+    except redis.exceptions.OutOfMemoryError as e:
+        _fail(store, req, ctx.host, f"the store is full (Redis maxmemory, noeviction): {e}; "
+                                    "records measured so far are kept")
+        raise StoreError("the store is full: no record can be committed", subject=f"round "
+                         f"{req.round_id}", hint="raise Redis maxmemory (farm up: "
+                         "--redis-maxmemory) and `farm resume` the job") from e
     except redis.RedisError as e:
         # The store went away mid-round (Redis restarting): records committed so far are kept;
         # run the round again later, it measures only what is still missing.
         log.warning("round %s of %s on %s: store unreachable (%s); retrying in 10 s",
                     req.round_index + 1, req.task_name, ctx.host, e)
-        raise self.retry(countdown=10, max_retries=60) from e
+        raise task.retry(countdown=10, max_retries=60) from e
     except LeaseBusy as e:
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
         _best_effort(store.set_task_state, req.job_id, req.workload_key,
                      _replace(prior, state="waiting", message=str(e)))
-        raise self.retry(countdown=3) from e
+        raise task.retry(countdown=3) from e
+    except RoundStopped:
+        raise
     except FarmError as e:
         log.error("round %s of %s on %s failed: %s", req.round_index + 1, req.task_name,
                   ctx.host, e)
-        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
-        _best_effort(store.set_task_state, req.job_id, req.workload_key,
-                     _replace(prior, state="failed", host=ctx.host, message=str(e)))
+        _fail(store, req, ctx.host, str(e))
         raise
     except Exception as e:
         log.exception("round %s of %s on %s crashed", req.round_index + 1, req.task_name, ctx.host)
-        prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
-        _best_effort(store.set_task_state, req.job_id, req.workload_key,
-                     _replace(prior, state="failed", host=ctx.host,
-                              message=f"round crashed on {ctx.host}: {type(e).__name__}: {e}"))
+        _fail(store, req, ctx.host, f"round crashed on {ctx.host}: {type(e).__name__}: {e}")
         raise
-    continue_job(_PROCESS["app"], store, req, result)
-    return result.to_json()
+
+
+def _fail(store: RecordStore, req: RoundRequest, host: str, message: str) -> None:
+    """The task failed: say why; when it was the job's last task, finalize the job."""
+    prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
+    _best_effort(store.set_task_state, req.job_id, req.workload_key,
+                 _replace(prior, state="failed", host=host, message=message))
+    job = store.get_job(req.job_id)
+    if job is not None and finalize_stage.job_finished(store, job):
+        _best_effort(finalize_stage.finalize_job, store, job, f"worker {host}")
 
 
 def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundResult) -> None:
@@ -128,6 +180,8 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     Per-task budgets: the workload's own next round is sent (once: a claimed key).
     A job budget (`--trials N`): the finished task becomes `ready`, and the planner
     gives the job's next round to the ready task where a round pays most.
+    The task's state names its next round before the round is sent, so a send that fails
+    is sent again by the supervisor.
     """
     job = store.get_job(req.job_id)
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
@@ -136,7 +190,8 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         failures[k] = failures.get(k, 0) + v
     best = store.best(req.workload_key)
     count = store.record_count(req.workload_key)
-    history = list(prior.history) + ([best.run_us] if best and best.run_us else [])
+    gained = [best.run_us] if best and best.run_us and not result.skipped else []
+    history = list(prior.history) + gained
     base = dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
                 best_us=best.run_us if best else None, host=result.host,
                 rounds=max(prior.rounds, req.round_index + 1), history=history,
@@ -171,17 +226,20 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     elif budget:
         state = _replace(prior, state="ready", message="ready for another round", **base)
     else:
-        nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1})
-        state = _replace(prior, state="queued", message=f"round {nxt.round_index + 1} queued",
-                         **base)
-        _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
-        if store.claim(keys.round_next(req.round_id), ttl_s=keys.JOB_TTL_S):
+        nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1,
+                                      "attempt": 0})
+        # the state names the next round first: if this process dies before the send, the
+        # supervisor finds a queued round with no live copy and sends it
+        store.set_task_state(req.job_id, req.workload_key, _replace(
+            prior, state="queued", message=f"round {nxt.round_index + 1} queued",
+            round=nxt.to_json(), **base))
+        if store.claim(keys.round_sent(nxt.logical_id), ttl_s=keys.JOB_TTL_S):
             send_round(app, nxt, countdown_s=1.0 if result.device_lost else None)
         return
     _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
     log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)
     if budget and job is not None:
-        plan_next_round(app, store, job, req, budget, spent)
+        plan_next_round(app, store, job)
     if job is not None and finalize_stage.job_finished(store, job):
         # the last task ended: finalize here, so the job is finished even if no client waits
         _best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
@@ -190,13 +248,25 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
 IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)
 
 
-def plan_next_round(app: Any, store: RecordStore, job: JobSpec, req: RoundRequest, budget: int,
-                    spent: int) -> None:
+def round_of(job: JobSpec, wk: str, index: int, trials: int) -> RoundRequest:
+    """Round `index` of workload `wk` of a budgeted job, as the planner sends it."""
+    return RoundRequest(
+        job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
+        round_index=index, trials=trials, target_trials=job.trials_per_task,
+        max_rounds=job.max_rounds, device_key=job.device_key, model=job.model, run=job.run,
+        priority=PRIORITIES.get(job.priority, PRIORITIES["normal"]))
+
+
+def plan_next_round(app: Any, store: RecordStore, job: JobSpec) -> None:
     """Job budget: once every task has had its first round, keep IN_FLIGHT rounds going, each
-    given to the ready task where a round pays most; close the job's tasks when it is spent."""
+    given to the ready task where a round pays most; close the job's tasks when it is spent.
+    Idempotent (each round is claimed once): the worker after a round and the supervisor
+    both call it."""
+    budget = job.trials_budget
+    spent = sum(store.job_measured(job.job_id).values())
     states = store.task_states(job.job_id)
     ready = {wk: s for wk, s in states.items() if s.state == "ready"}
-    busy = [wk for wk, s in states.items() if s.state in ("queued", "tuning", "waiting")]
+    busy = [wk for wk, s in states.items() if s.state in LIVE_STATES]
     if spent >= budget:
         _close(store, job, ready, f"job budget of {budget} trials spent")
         return
@@ -208,18 +278,17 @@ def plan_next_round(app: Any, store: RecordStore, job: JobSpec, req: RoundReques
         if pick is None:
             return
         state = ready.pop(pick)
-        index = state.rounds
-        if not store.claim(keys.round_next(f"{job.job_id}:{pick}:{index}"), ttl_s=keys.JOB_TTL_S):
+        nxt = round_of(job, pick, state.rounds, 0)
+        if not store.claim(keys.round_sent(nxt.logical_id), ttl_s=keys.JOB_TTL_S):
             continue
         granted = store.allocate(job.job_id, job.round_trials, budget)
         if granted == 0:  # the whole budget is given to rounds: nothing more to plan
             _close(store, job, {pick: state, **ready}, f"job budget of {budget} trials used")
             return
-        nxt = RoundRequest.from_json({**req.to_json(), "workload_key": pick,
-                                      "task_name": job.task_names.get(pick, pick),
-                                      "round_index": index, "trials": granted})
-        _best_effort(store.set_task_state, job.job_id, pick,
-                     _replace(state, state="queued", message=f"round {index + 1} queued"))
+        nxt = replace(nxt, trials=granted)
+        store.set_task_state(job.job_id, pick, _replace(
+            state, state="queued", message=f"round {nxt.round_index + 1} queued",
+            round=nxt.to_json()))
         send_round(app, nxt)
         busy.append(pick)
 

@@ -73,6 +73,11 @@ class StoreCallback(PyMeasureCallback):
             if error_class == "device_lost":
                 try:
                     lost = self.store.note_device_lost(self.workload_key, candidate_hash(record))
+                    # a run sent to a phone that went away: counted here, since it is not stored
+                    # (a culprit is stored below, and the store counts its measurement)
+                    self.store.count_measurements(
+                        self.job_id, self.workload_key, device_lost=1,
+                        measurements=1 if lost < CULPRIT_AFTER else 0)
                 except Exception as e:
                     c.store_error = e
                     raise
@@ -108,4 +113,8 @@ class StoreCallback(PyMeasureCallback):
             else:
                 c.duplicates += 1
         if self.on_progress is not None:
-            self.on_progress(c)
+            try:
+                self.on_progress(c)
+            except Exception as e:  # the round's fence said stop: surface it after tune_tir
+                c.store_error = e
+                raise

@@ -7,6 +7,9 @@ import socket
 import sys
 from dataclasses import replace
 
+import redis
+
+from farm import keys as hostkeys
 from farm import tracker as tracker_mod
 from farm.config import FarmConfig
 from farm.dispatch import queue_for
@@ -40,6 +43,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         log.info("worker: %s, so %d round(s) at once", why, config.worker_concurrency)
     from workers.app import build_app
     from workers.heartbeat import Heartbeat
+    from workers.supervisor import Supervisor
 
     name = hostname or f"farm@{socket.gethostname()}"
     app = build_app(config, tracker, name)
@@ -49,12 +53,19 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                      follow_tracker=not explicit_keys, grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
+    supervisor = Supervisor(app, open_store(config.store_url),
+                            redis.Redis.from_url(config.broker_url, decode_responses=True,
+                                                 socket_connect_timeout=5, socket_timeout=30),
+                            name, interval_s=config.supervisor_interval_s,
+                            grace_s=float(hostkeys.HOST_TTL_S))
+    supervisor.start()
     argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
             "-E", "-P", pool, "--without-mingle", "--without-gossip"]
     try:
         app.worker_main(argv=argv)
     finally:
+        supervisor.stop()
         beat.stop()
         beat.join(timeout=10)
     return 0

@@ -6,7 +6,14 @@ import threading
 import time
 
 from farm.messages import JobSpec, TuneTask
-from farm.store.store import RecordStore, StoredRecord, TaskState, is_better
+from farm.store.store import (
+    MEASURE_COUNTERS,
+    RecordStore,
+    StoredRecord,
+    TaskState,
+    is_better,
+    on_phone,
+)
 
 
 class MemoryStore(RecordStore):
@@ -25,6 +32,9 @@ class MemoryStore(RecordStore):
         self._allocated: dict[str, int] = {}
         self._final: dict[str, dict[str, str]] = {}
         self._lost: dict[tuple[str, str], int] = {}
+        self._counts: dict[str, dict[str, dict[str, int]]] = {}
+        self._rounds: dict[str, dict[str, int]] = {}  # logical id -> starts/ends
+        self._active: set[str] = set()
 
     def ping(self) -> None:
         return None
@@ -45,7 +55,11 @@ class MemoryStore(RecordStore):
     def add_record(self, rec: StoredRecord) -> bool:
         with self._lock:
             recs = self._records.setdefault(rec.workload_key, {})
-            if rec.candidate in recs:
+            new = rec.candidate not in recs
+            if rec.job_id and on_phone(rec):
+                self._count(rec.job_id, rec.workload_key, measurements=1,
+                            **{"new" if new else "duplicates": 1})
+            if not new:
                 return False
             recs[rec.candidate] = rec
             if rec.job_id:
@@ -115,19 +129,79 @@ class MemoryStore(RecordStore):
             self._allocated[job_id] = have + grant
             return grant
 
-    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+    def _take(self, key: str, owner: str, ttl_s: float, dead_holder: str = "") -> str | None:
         with self._lock:
             now = time.time()
-            holder, expiry = self._leases.get(wk, (None, 0.0))
-            if holder is not None and holder != owner and expiry > now:
+            holder, expiry = self._leases.get(key, (None, 0.0))
+            if (holder is not None and expiry > now and holder != owner
+                    and not (dead_holder and holder == dead_holder)):
                 return holder
-            self._leases[wk] = (owner, now + ttl_s)
+            self._leases[key] = (owner, now + ttl_s)
             return None
 
-    def release_lease(self, wk: str, owner: str) -> None:
+    def _holder(self, key: str) -> str | None:
+        holder, expiry = self._leases.get(key, (None, 0.0))
+        return holder if holder is not None and expiry > time.time() else None
+
+    def _give_back(self, key: str, owner: str) -> None:
         with self._lock:
-            if self._leases.get(wk, (None, 0.0))[0] == owner:
-                del self._leases[wk]
+            if self._leases.get(key, (None, 0.0))[0] == owner:
+                del self._leases[key]
+
+    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+        return self._take(f"wl:{wk}", owner, ttl_s)
+
+    def release_lease(self, wk: str, owner: str) -> None:
+        self._give_back(f"wl:{wk}", owner)
+
+    def acquire_round(self, logical_id: str, owner: str, ttl_s: float,
+                      dead_holder: str = "") -> str | None:
+        return self._take(f"round:{logical_id}", owner, ttl_s, dead_holder)
+
+    def release_round(self, logical_id: str, owner: str) -> None:
+        self._give_back(f"round:{logical_id}", owner)
+
+    def round_holder(self, logical_id: str) -> str | None:
+        return self._holder(f"round:{logical_id}")
+
+    def mark_round_done(self, logical_id: str) -> None:
+        self._flags[f"done:{logical_id}"] = None
+
+    def round_is_done(self, logical_id: str) -> bool:
+        return f"done:{logical_id}" in self._flags
+
+    def round_started(self, logical_id: str) -> int:
+        with self._lock:
+            seen = self._rounds.setdefault(logical_id, {"starts": 0, "ends": 0})
+            seen["starts"] += 1
+            return seen["starts"] - 1 - seen["ends"]
+
+    def round_ended(self, logical_id: str) -> None:
+        with self._lock:
+            self._rounds.setdefault(logical_id, {"starts": 0, "ends": 0})["ends"] += 1
+
+    def _count(self, job_id: str, wk: str, **counts: int) -> None:
+        row = self._counts.setdefault(job_id, {}).setdefault(
+            wk, dict.fromkeys(MEASURE_COUNTERS, 0))
+        for name, n in counts.items():
+            row[name] += n
+
+    def count_measurements(self, job_id: str, wk: str, **counts: int) -> None:
+        with self._lock:
+            self._count(job_id, wk, **counts)
+
+    def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
+        return {wk: dict(row) for wk, row in self._counts.get(job_id, {}).items()}
+
+    def active_jobs(self) -> list[str]:
+        return sorted(self._active)
+
+    def set_active(self, job_id: str, active: bool) -> None:
+        with self._lock:
+            (self._active.add if active else self._active.discard)(job_id)
+
+    def lead(self, owner: str, ttl_s: float) -> bool:
+        return self._take("supervisor", owner, ttl_s) is None
 
     def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
         with self._lock:
@@ -141,7 +215,7 @@ class MemoryStore(RecordStore):
     def reset_job(self, job_id: str) -> None:
         with self._lock:
             for table in (self._final, self._tasks, self._measured, self._allocated,
-                          self._status):
+                          self._status, self._counts):
                 table.pop(job_id, None)
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:

@@ -12,10 +12,18 @@ import redis
 from farm import keys
 from farm.errors import ServiceError, StoreError
 from farm.messages import JobSpec, TuneTask
-from farm.store.store import RecordStore, StoredRecord, TaskState, parse_record
+from farm.store.store import (
+    RecordStore,
+    StoredRecord,
+    TaskState,
+    counts_of,
+    on_phone,
+    parse_record,
+)
 
 _KEEP_BEST = (Path(__file__).with_name("keep_best.lua")).read_text()
 _RELEASE_LEASE = (Path(__file__).with_name("release_lease.lua")).read_text()
+_LEASE = (Path(__file__).with_name("lease.lua")).read_text()
 
 
 def redact(url: str) -> str:
@@ -33,6 +41,8 @@ class RedisStore(RecordStore):
         self.url = url
         self._client: redis.Redis | None = None
         self._script: Any = None
+        self._lease: Any = None
+        self._release: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url}
@@ -48,6 +58,8 @@ class RedisStore(RecordStore):
                 socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
             )
             self._script = self._client.register_script(_KEEP_BEST)
+            self._lease = self._client.register_script(_LEASE)
+            self._release = self._client.register_script(_RELEASE_LEASE)
         return self._client
 
     def ping(self) -> None:
@@ -85,9 +97,12 @@ class RedisStore(RecordStore):
         self.r  # noqa: B018 - make sure the script is registered
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         measured_key = keys.job_measured(rec.job_id) if rec.job_id else ""
+        counts_key = keys.job_counts(rec.job_id) if rec.job_id else ""
         return bool(self._script(
-            keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key],
-            args=[rec.candidate, rec.dumps(), run_us, rec.workload_key],
+            keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key,
+                  counts_key],
+            args=[rec.candidate, rec.dumps(), run_us, rec.workload_key,
+                  "1" if on_phone(rec) else "0"],
         ))
 
     def has_candidate(self, wk: str, candidate: str) -> bool:
@@ -162,19 +177,70 @@ class RedisStore(RecordStore):
             self.r.decrby(key, min(over, trials))
         return max(0, trials - over)
 
-    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
-        key = keys.lease(wk)
-        px = int(ttl_s * 1000)
-        if self.r.set(key, owner, nx=True, px=px):
-            return None
-        holder = self.r.get(key)
-        if holder == owner:
-            self.r.pexpire(key, px)
-            return None
+    def _take(self, key: str, owner: str, ttl_s: float, dead_holder: str = "") -> str | None:
+        self.r  # noqa: B018 - make sure the scripts are registered
+        holder = self._lease(keys=[key], args=[owner, max(1, int(ttl_s * 1000)), dead_holder])
         return holder or None
 
+    def acquire_lease(self, wk: str, owner: str, ttl_s: float) -> str | None:
+        return self._take(keys.lease(wk), owner, ttl_s)
+
     def release_lease(self, wk: str, owner: str) -> None:
-        self.r.eval(_RELEASE_LEASE, 1, keys.lease(wk), owner)
+        self.r  # noqa: B018
+        self._release(keys=[keys.lease(wk)], args=[owner])
+
+    # --- rounds ---------------------------------------------------------------
+    def acquire_round(self, logical_id: str, owner: str, ttl_s: float,
+                      dead_holder: str = "") -> str | None:
+        return self._take(keys.round_lease(logical_id), owner, ttl_s, dead_holder)
+
+    def release_round(self, logical_id: str, owner: str) -> None:
+        self.r  # noqa: B018
+        self._release(keys=[keys.round_lease(logical_id)], args=[owner])
+
+    def round_holder(self, logical_id: str) -> str | None:
+        return self.r.get(keys.round_lease(logical_id))
+
+    def mark_round_done(self, logical_id: str) -> None:
+        self.r.set(keys.round_done(logical_id), str(time.time()), ex=keys.JOB_TTL_S)
+
+    def round_is_done(self, logical_id: str) -> bool:
+        return bool(self.r.exists(keys.round_done(logical_id)))
+
+    def round_started(self, logical_id: str) -> int:
+        key = keys.round_starts(logical_id)
+        pipe = self.r.pipeline()
+        pipe.hincrby(key, "starts", 1)
+        pipe.hget(key, "ends")
+        pipe.expire(key, keys.JOB_TTL_S)
+        starts, ends, _ = pipe.execute()
+        return int(starts) - 1 - int(ends or 0)
+
+    def round_ended(self, logical_id: str) -> None:
+        self.r.hincrby(keys.round_starts(logical_id), "ends", 1)
+
+    # --- counters and the supervisor ------------------------------------------
+    def count_measurements(self, job_id: str, wk: str, **counts: int) -> None:
+        pipe = self.r.pipeline()
+        for name, n in counts.items():
+            if n:
+                pipe.hincrby(keys.job_counts(job_id), f"{wk}|{name}", n)
+        pipe.execute()
+
+    def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
+        return counts_of(self.r.hgetall(keys.job_counts(job_id)))
+
+    def active_jobs(self) -> list[str]:
+        return sorted(self.r.smembers(keys.active_jobs()))
+
+    def set_active(self, job_id: str, active: bool) -> None:
+        if active:
+            self.r.sadd(keys.active_jobs(), job_id)
+        else:
+            self.r.srem(keys.active_jobs(), job_id)
+
+    def lead(self, owner: str, ttl_s: float) -> bool:
+        return self._take(keys.supervisor(), owner, ttl_s) is None
 
     def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
         first = bool(self.r.set(keys.job_final(job_id), json.dumps(picks, sort_keys=True), nx=True))
@@ -195,7 +261,8 @@ class RedisStore(RecordStore):
 
     def reset_job(self, job_id: str) -> None:
         self.r.delete(keys.job_final(job_id), keys.job_tasks(job_id), keys.job_measured(job_id),
-                      keys.job_allocated(job_id), keys.job_status(job_id))
+                      keys.job_allocated(job_id), keys.job_status(job_id),
+                      keys.job_counts(job_id))
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         px = None if ttl_s is None else int(ttl_s * 1000)

@@ -30,6 +30,10 @@ FAILED_RUN_SECS = 1e10  # what MetaSchedule stores as the run time of a failed c
 # a phone CULPRIT_AFTER times: then it is stored as the "culprit" and never measured again.
 FAILURE_CLASSES = ("build", "runtime", "timeout", "wrong_answer", "device_lost", "culprit")
 CULPRIT_AFTER = 3
+# what the store counts of every job's phone measurements (per workload): runs sent to a phone,
+# of them new records, duplicates (the candidate was stored already: measured twice) and
+# device_lost (the phone went away; measured again later). The proof of "nothing measured twice".
+MEASURE_COUNTERS = ("measurements", "new", "duplicates", "device_lost")
 
 
 def candidate_hash(record_json: list[Any]) -> str:
@@ -63,6 +67,11 @@ class StoredRecord(_Message):
         return self.run_us is not None and self.error_class is None
 
 
+def on_phone(rec: StoredRecord) -> bool:
+    """Was this record measured on a phone? (A build error never reached one.)"""
+    return rec.error_class != "build"
+
+
 def is_better(new_us: float | None, best_us: float | None) -> bool:
     """Is a record of `new_us` better than the best so far? Failed records never are."""
     if new_us is None or math.isnan(new_us) or new_us >= FAILED_RUN_SECS * 1e6:
@@ -87,6 +96,9 @@ class TaskState(_Message):
     single_schedule: bool = False  # one possible schedule: measured once, never searched
     updated_at: float = 0.0
     history: list[float] = field(default_factory=list)  # best us after each round
+    # the task's outstanding round (RoundRequest JSON): queued or running. The supervisor
+    # sends it again (a new attempt) when no copy of it is live.
+    round: dict[str, Any] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -206,12 +218,79 @@ class RecordStore(ABC):
     def release_lease(self, wk: str, owner: str) -> None:
         """Give the lease back if `owner` holds it."""
 
+    # --- rounds: fenced, at most one copy runs, none after it is done -------
+    @abstractmethod
+    def acquire_round(self, logical_id: str, owner: str, ttl_s: float,
+                      dead_holder: str = "") -> str | None:
+        """Take (or renew) the round's lease for `owner` (atomic). `dead_holder`: a holder known
+        to be dead whose lease may be taken over. None when `owner` holds it now; else the holder."""
+
+    @abstractmethod
+    def release_round(self, logical_id: str, owner: str) -> None:
+        """Give the round's lease back if `owner` holds it."""
+
+    @abstractmethod
+    def round_holder(self, logical_id: str) -> str | None:
+        """Who runs the round now (its lease), or None."""
+
+    @abstractmethod
+    def mark_round_done(self, logical_id: str) -> None:
+        """The round ran to its end: no later copy of it runs."""
+
+    @abstractmethod
+    def round_is_done(self, logical_id: str) -> bool: ...
+
+    @abstractmethod
+    def round_started(self, logical_id: str) -> int:
+        """Count a start of the round; returns how many earlier starts never ended (each
+        killed its process: a poison round after a few)."""
+
+    @abstractmethod
+    def round_ended(self, logical_id: str) -> None:
+        """Count an end of the round (it returned or raised: its process survived)."""
+
+    # --- measurement counters and the supervisor ---------------------------
+    @abstractmethod
+    def count_measurements(self, job_id: str, wk: str, **counts: int) -> None:
+        """Add to the job's counters of `wk` (names in MEASURE_COUNTERS). `add_record` counts
+        measurements, new and duplicates itself; the worker adds device_lost."""
+
+    @abstractmethod
+    def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
+        """Workload key -> {counter: count} (every counter of MEASURE_COUNTERS, 0 when unset)."""
+
+    @abstractmethod
+    def active_jobs(self) -> list[str]:
+        """Jobs the supervisor looks after: dispatched, not yet finalized or cancelled."""
+
+    @abstractmethod
+    def set_active(self, job_id: str, active: bool) -> None: ...
+
+    @abstractmethod
+    def lead(self, owner: str, ttl_s: float) -> bool:
+        """Take or renew the supervisor's leader lock; True while `owner` leads."""
+
     @abstractmethod
     def ping(self) -> None:
         """Raise ServiceError when the store is unreachable or not writable."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def total_counts(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    """A job's counters summed over its workloads (every name of MEASURE_COUNTERS)."""
+    return {name: sum(row.get(name, 0) for row in counts.values()) for name in MEASURE_COUNTERS}
+
+
+def counts_of(raw: dict[str, str]) -> dict[str, dict[str, int]]:
+    """The job's counter hash ("<wk>|<counter>" -> n) as workload key -> {counter: n}."""
+    out: dict[str, dict[str, int]] = {}
+    for field_name, value in raw.items():
+        wk, _, name = field_name.rpartition("|")
+        if name in MEASURE_COUNTERS:
+            out.setdefault(wk, dict.fromkeys(MEASURE_COUNTERS, 0))[name] = int(value)
+    return out
 
 
 def parse_record(raw: str | bytes, where: str) -> StoredRecord | None:

@@ -76,9 +76,9 @@ def test_jobs_and_task_states(store):
 
 
 def test_claim_once(store):
-    assert store.claim(keys.round_next("r1"))
-    assert not store.claim(keys.round_next("r1"))
-    assert store.claim(keys.round_next("r2"), ttl_s=60)
+    assert store.claim(keys.round_sent("r1"))
+    assert not store.claim(keys.round_sent("r1"))
+    assert store.claim(keys.round_sent("r2"), ttl_s=60)
 
 
 def test_corrupt_record_is_skipped(clean_redis):
@@ -144,3 +144,55 @@ def test_finalize_once_keeps_the_first_choice(store):
     assert store.allocate("j1", 10, 10) == 10
     assert store.record_count("wk") == 1  # records are never forgotten
     assert store.finalize_once("j1", {"wk": "b"}) == ({"wk": "b"}, True)
+
+
+def test_every_phone_measurement_is_counted_and_a_second_one_is_a_duplicate(store):
+    assert store.add_record(rec("a", 5.0))
+    assert not store.add_record(rec("a", 4.0))  # the same candidate measured again
+    assert store.add_record(rec("b", None, err="build"))  # never on a phone: not counted
+    assert store.add_record(rec("c", None, err="runtime"))
+    assert store.add_record(rec("i", 3.0, job=""))  # an import: no job, no count
+    store.count_measurements("j1", "wk", measurements=1, device_lost=1)
+    assert store.job_counts("j1") == {"wk": {"measurements": 4, "new": 2, "duplicates": 1,
+                                             "device_lost": 1}}
+    store.reset_job("j1")
+    assert store.job_counts("j1") == {}
+
+
+def test_a_round_runs_as_one_copy_and_never_after_it_is_done(store):
+    assert store.acquire_round("r", "copy1", ttl_s=30) is None
+    assert store.acquire_round("r", "copy1", ttl_s=30) is None  # renewed by its holder
+    assert store.acquire_round("r", "copy2", ttl_s=30) == "copy1"
+    assert store.round_holder("r") == "copy1"
+    assert store.acquire_round("r", "copy2", ttl_s=30, dead_holder="other") == "copy1"
+    assert store.acquire_round("r", "copy2", ttl_s=30, dead_holder="copy1") is None
+    store.release_round("r", "copy1")  # not its holder any more: nothing happens
+    assert store.round_holder("r") == "copy2"
+    store.release_round("r", "copy2")
+    assert store.round_holder("r") is None
+    assert store.acquire_round("short", "a", ttl_s=0.2) is None
+    import time
+
+    time.sleep(0.3)
+    assert store.acquire_round("short", "b", ttl_s=30) is None  # a dead holder's lease expired
+    assert not store.round_is_done("r")
+    store.mark_round_done("r")
+    assert store.round_is_done("r")
+
+
+def test_starts_that_never_ended_are_counted(store):
+    assert store.round_started("p") == 0
+    store.round_ended("p")
+    assert store.round_started("p") == 0  # the first ended cleanly
+    assert store.round_started("p") == 1  # the second did not end (its process died)
+    assert store.round_started("p") == 2
+
+
+def test_active_jobs_and_one_supervisor_leads(store):
+    store.set_active("j1", True)
+    store.set_active("j2", True)
+    store.set_active("j1", False)
+    assert store.active_jobs() == ["j2"]
+    assert store.lead("w1", ttl_s=30)
+    assert store.lead("w1", ttl_s=30)
+    assert not store.lead("w2", ttl_s=30)

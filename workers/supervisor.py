@@ -1,0 +1,117 @@
+"""The farm's supervisor: jobs finish with no client attached, and a lost round costs seconds.
+
+Every `farm worker` (so every embedded farm too) runs one as a thread of its main
+process; one at a time leads (a leader lock in the store, renewed every sweep, so a
+dead leader is replaced within `3 x interval_s`). Every `interval_s` the leader sweeps
+the active jobs:
+
+- a job whose tasks have all ended is finalized (once: `finalize_once`);
+- a task whose outstanding round (`TaskState.round`) has no live copy is sent again, as a
+  new attempt of the same round, when its state has not moved for `grace_s`. Live means:
+  a copy holds the round's lease (workers/fence.py; a dead process's lease expires after
+  one host TTL) or its message waits in the broker's queue. A message parked in Celery's
+  `unacked` hash by a dead worker or a Redis crash is not live: it would come back only
+  after the visibility timeout, and when it does, the fence skips it;
+- a budgeted job with budget left and no round in flight gets its next rounds planned.
+
+Sends are idempotent by the fence, so a false alarm costs a skipped copy, never a
+measurement made twice. Thread safety: one instance per worker process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from farm import finalize as finalize_stage
+from farm.dispatch import queued_round_ids, send_round
+from farm.messages import JobSpec, RoundRequest
+from farm.store import RecordStore, TaskState
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor(threading.Thread):
+    def __init__(self, app: Any, store: RecordStore, broker: Any, node: str,
+                 interval_s: float, grace_s: float) -> None:
+        super().__init__(name=f"supervisor-{node}", daemon=True)
+        self.app = app
+        self.store = store
+        self.broker = broker  # a Redis client of the broker (its queue lists)
+        self.node = node
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self.stopping = threading.Event()
+        self.leading = False
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            try:
+                leading = self.store.lead(self.node, ttl_s=3 * self.interval_s)
+                if leading != self.leading:
+                    log.info("supervisor %s: %s", self.node,
+                             "leads the farm" if leading else "no longer leads")
+                    self.leading = leading
+                if leading:
+                    self.sweep()
+            except Exception as e:  # noqa: BLE001 - the store restarting: try next sweep
+                log.warning("supervisor %s: sweep failed (will retry): %s", self.node, e)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def sweep(self) -> list[str]:
+        """One pass over the active jobs. Returns the round ids sent again."""
+        queued: dict[str, set[str]] = {}
+        sent: list[str] = []
+        for job_id in self.store.active_jobs():
+            job = self.store.get_job(job_id)
+            status = self.store.job_status(job_id).get("state", "")
+            if job is None or status in ("cancelled", "finalized"):
+                self.store.set_active(job_id, False)
+                continue
+            if finalize_stage.job_finished(self.store, job):
+                finalize_stage.finalize_job(self.store, job, by=f"supervisor {self.node}")
+                self.store.set_active(job_id, False)
+                continue
+            if job.device_key not in queued:
+                queued[job.device_key] = queued_round_ids(self.broker, job.device_key)
+            states = self.store.task_states(job_id)
+            for wk, st in states.items():
+                req = self._lost_round(st, queued[job.device_key])
+                if req is not None:
+                    sent.append(self._send_again(job, wk, st, req))
+            if job.trials_budget and not any(s.state in ("queued", "tuning", "waiting")
+                                             for s in states.values()):
+                from workers.app import plan_next_round
+
+                plan_next_round(self.app, self.store, job)
+        return sent
+
+    def _lost_round(self, st: TaskState, queued: set[str]) -> RoundRequest | None:
+        """The task's outstanding round when no copy of it is live, else None."""
+        if st.terminal or st.state == "ready" or not st.round:
+            return None
+        if time.time() - st.updated_at < self.grace_s:
+            return None  # moved lately: in transit, starting, or a retry counting down
+        req = RoundRequest.from_json(st.round)
+        if self.store.round_holder(req.logical_id) is not None:
+            return None  # a copy runs (its lease is renewed while its process lives)
+        if req.logical_id in queued:
+            return None  # waiting in the broker behind other rounds
+        return req
+
+    def _send_again(self, job: JobSpec, wk: str, st: TaskState, req: RoundRequest) -> str:
+        again = req.again()
+        idle = time.time() - st.updated_at
+        log.warning("supervisor %s: job %s: round %d of %s has no live copy (state %s, idle "
+                    "%.0f s); sending it again as attempt %d", self.node, job.job_id,
+                    req.round_index + 1, req.task_name, st.state, idle, again.attempt)
+        self.store.set_task_state(job.job_id, wk, TaskState.from_json({
+            **st.to_json(), "state": "queued", "round": again.to_json(),
+            "retries": st.retries + 1, "updated_at": time.time(),
+            "message": f"round {req.round_index + 1} sent again: no live copy for {idle:.0f} s"}))
+        send_round(self.app, again)
+        return again.round_id
