@@ -215,7 +215,7 @@ class MemoryStore(RecordStore):
     def reset_job(self, job_id: str) -> None:
         with self._lock:
             for table in (self._final, self._tasks, self._measured, self._allocated,
-                          self._status, self._counts):
+                          self._status):
                 table.pop(job_id, None)
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:

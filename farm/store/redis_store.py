@@ -261,8 +261,7 @@ class RedisStore(RecordStore):
 
     def reset_job(self, job_id: str) -> None:
         self.r.delete(keys.job_final(job_id), keys.job_tasks(job_id), keys.job_measured(job_id),
-                      keys.job_allocated(job_id), keys.job_status(job_id),
-                      keys.job_counts(job_id))
+                      keys.job_allocated(job_id), keys.job_status(job_id))
 
     def claim(self, key: str, ttl_s: float | None = None) -> bool:
         px = None if ttl_s is None else int(ttl_s * 1000)

@@ -200,7 +200,8 @@ class RecordStore(ABC):
     @abstractmethod
     def reset_job(self, job_id: str) -> None:
         """Forget a job's progress (final choice, task states, measured and budget counters,
-        status), keep its spec: `farm resume` runs it again from the records in the store."""
+        status), keep its spec and its measurement counters (`job_counts` covers every run):
+        `farm resume` runs it again from the records in the store."""
 
     @abstractmethod
     def claim(self, key: str, ttl_s: float | None = None) -> bool:

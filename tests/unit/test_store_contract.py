@@ -155,8 +155,8 @@ def test_every_phone_measurement_is_counted_and_a_second_one_is_a_duplicate(stor
     store.count_measurements("j1", "wk", measurements=1, device_lost=1)
     assert store.job_counts("j1") == {"wk": {"measurements": 4, "new": 2, "duplicates": 1,
                                              "device_lost": 1}}
-    store.reset_job("j1")
-    assert store.job_counts("j1") == {}
+    store.reset_job("j1")  # `farm resume`: the counters cover every run of the job
+    assert store.job_counts("j1")["wk"]["duplicates"] == 1
 
 
 def test_a_round_runs_as_one_copy_and_never_after_it_is_done(store):
