@@ -9,7 +9,8 @@ the active jobs:
 - a task whose outstanding round (`TaskState.round`) has no live copy is sent again, as a
   new attempt of the same round, when its state has not moved for `grace_s`. Live means:
   a copy holds the round's lease (workers/fence.py; a dead process's lease expires after
-  one host TTL) or its message waits in the broker's queue. A message parked in Celery's
+  one host TTL, and one of this machine is seen dead at once) or its message waits in the
+  broker's queue. A message parked in Celery's
   `unacked` hash by a dead worker or a Redis crash is not live: it would come back only
   after the visibility timeout, and when it does, the fence skips it;
 - a budgeted job with budget left and no round in flight gets its next rounds planned.
@@ -29,6 +30,7 @@ from farm import finalize as finalize_stage
 from farm.dispatch import queued_round_ids, send_round
 from farm.messages import JobSpec, RoundRequest
 from farm.store import RecordStore, TaskState
+from workers.fence import holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,8 @@ class Supervisor(threading.Thread):
         if time.time() - st.updated_at < self.grace_s:
             return None  # moved lately: in transit, starting, or a retry counting down
         req = RoundRequest.from_json(st.round)
-        if self.store.round_holder(req.logical_id) is not None:
+        holder = self.store.round_holder(req.logical_id)
+        if holder is not None and not holder_is_dead(holder):
             return None  # a copy runs (its lease is renewed while its process lives)
         if req.logical_id in queued:
             return None  # waiting in the broker behind other rounds

@@ -1,39 +1,65 @@
-"""Workers killed mid-round: the round is redelivered, finished, and nothing is lost or doubled."""
+"""Worker processes killed mid-round, on one host: the round runs again and nothing is lost or
+measured twice; a round that kills its process every time fails its task (a poison round)."""
 
 from __future__ import annotations
 
 import signal
+import time
 
 import psutil
 import pytest
 
-from farm import services
-from tests.faults.conftest import record_sets, run_through_fault
+from tests.faults.conftest import run_through_fault, start_submit, tiny_model, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
-def test_pool_child_killed_mid_round(small_farm, tmp_path):
+def kill_pool(worker) -> list[int]:
+    """SIGKILL the worker's pool children and what they started (build processes)."""
+    killed = []
+    for child in psutil.Process(worker.pid).children():
+        for proc in [*child.children(recursive=True), child]:
+            try:
+                proc.send_signal(signal.SIGKILL)
+                killed.append(proc.pid)
+            except psutil.NoSuchProcess:
+                pass
+    return killed
+
+
+def test_pool_child_killed_mid_round(healthy, tmp_path):
     def kill_pool_child():
-        before = record_sets(small_farm["redis"])
-        children = psutil.Process(small_farm["worker"].pid).children()
-        assert children, "the worker has no pool child"
-        for child in children:  # the prefork pool process running the round
-            child.send_signal(signal.SIGKILL)
-        return before
+        assert kill_pool(healthy.worker), "the worker has no pool child"
 
-    run_through_fault(small_farm, tmp_path, kill_pool_child)
+    summary = run_through_fault(healthy, tmp_path, kill_pool_child, width=52)
+    assert sum(t["retries"] for t in summary["tasks"]) >= 1, summary["tasks"]
 
 
-def test_whole_worker_killed_and_another_started(small_farm, tmp_path):
-    def kill_worker_start_another():
-        small_farm["worker"].signal(signal.SIGKILL)  # the whole worker, pool and all
-        small_farm["worker"].stop()
-        before = record_sets(small_farm["redis"])
-        # a new worker on the same tracker; the lost round comes back (visibility timeout)
-        small_farm["worker"] = small_farm["group"].add(services.start_worker(
-            small_farm["tracker"], small_farm["redis"], small_farm["logs"], name="worker2",
-            env=dict(small_farm["env"]), extra=["--hostname", "farm@faults2"]))
-        return before
+def test_a_round_that_kills_its_process_every_time_fails_its_task(healthy, tmp_path):
+    from workers.fence import POISON_AFTER
 
-    run_through_fault(small_farm, tmp_path, kill_worker_start_another)
+    model = tiny_model(tmp_path / "poison.pt2", width=56, layers=1)
+    proc = start_submit(healthy, model, tmp_path / "out", tmp_path / "home", trials=8)
+    store = healthy.store()
+    kills, since = 0, time.time()
+    try:
+        def round_started() -> bool:
+            return any(s.state == "tuning" and s.updated_at > since
+                       for j in store.job_ids() for s in store.task_states(j).values())
+
+        while kills < POISON_AFTER:  # every start of the round kills its process
+            wait_until(f"start {kills + 1} of the round", round_started, timeout_s=300,
+                       every_s=0.2)
+            since = time.time()
+            assert kill_pool(healthy.worker)
+            kills += 1
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 6, err[-3000:]  # every task failed: exit code of a TuneError
+    assert f"killed its worker process {POISON_AFTER} times (a poison round)" in err, err[-3000:]
+    job_id = next(j for j in store.job_ids() if store.get_job(j).model == "poison")
+    assert store.job_status(job_id)["state"] == "finalized"  # the job ended; nothing hangs
+    states = list(store.task_states(job_id).values())
+    assert [s.state for s in states] == ["failed"], states
