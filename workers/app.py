@@ -18,7 +18,7 @@ from farm import keys
 from farm import plan as plan_stage
 from farm.config import FarmConfig
 from farm.dispatch import ROUND_TASK, make_app, send_round
-from farm.errors import FarmError, StoreError
+from farm.errors import FarmError
 from farm.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult
 from farm.store import RecordStore, TaskState, open_store
 from workers.fence import RoundFence, RoundStopped
@@ -134,12 +134,6 @@ def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
     except StaleRound as e:
         log.info("skipped: %s", e)
         return None
-    except redis.exceptions.OutOfMemoryError as e:
-        _fail(store, req, ctx.host, f"the store is full (Redis maxmemory, noeviction): {e}; "
-                                    "records measured so far are kept")
-        raise StoreError("the store is full: no record can be committed", subject=f"round "
-                         f"{req.round_id}", hint="raise Redis maxmemory (farm up: "
-                         "--redis-maxmemory) and `farm resume` the job") from e
     except redis.RedisError as e:
         # The store went away mid-round (Redis restarting): records committed so far are kept;
         # run the round again later, it measures only what is still missing.

@@ -98,12 +98,18 @@ class RedisStore(RecordStore):
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         measured_key = keys.job_measured(rec.job_id) if rec.job_id else ""
         counts_key = keys.job_counts(rec.job_id) if rec.job_id else ""
-        return bool(self._script(
-            keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key,
-                  counts_key],
-            args=[rec.candidate, rec.dumps(), run_us, rec.workload_key,
-                  "1" if on_phone(rec) else "0"],
-        ))
+        try:
+            return bool(self._script(
+                keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key,
+                      counts_key],
+                args=[rec.candidate, rec.dumps(), run_us, rec.workload_key,
+                      "1" if on_phone(rec) else "0"],
+            ))
+        except redis.exceptions.OutOfMemoryError as e:
+            raise StoreError(f"the store is full (Redis maxmemory reached, it evicts nothing): "
+                             f"{e}", subject=f"{redact(self.url)}, workload {rec.workload_key}",
+                             hint="records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY "
+                                  "or redis.conf), then `farm resume` the job") from e
 
     def has_candidate(self, wk: str, candidate: str) -> bool:
         return bool(self.r.hexists(keys.records(wk), candidate))

@@ -87,9 +87,22 @@ class Farm:
         return f"farm@host{h}"
 
     def start_worker(self, h: int) -> services.Service:
-        return self.group.add(services.start_worker(
+        """Start host h's worker; return once its heartbeat is in the store."""
+        from farm import hosts
+
+        worker = self.group.add(services.start_worker(
             self.trackers[h], self.redis, self.logs, name=f"worker{h}-{time.monotonic_ns()}",
             env=dict(self.extra_env), extra=["--hostname", self.host(h)]))
+        client = redis.Redis.from_url(self.redis, decode_responses=True)
+
+        def beating() -> bool:
+            assert worker.alive(), worker.log_tail(30)
+            return any(b.name == self.host(h) and b.pid == worker.pid
+                       for b in hosts.list_hosts(client))
+
+        wait_until(f"a heartbeat of {self.host(h)}", beating, timeout_s=120)
+        client.close()
+        return worker
 
     @property
     def tracker(self) -> str:

@@ -59,7 +59,8 @@ def test_a_no_wait_job_whose_round_messages_vanish_finishes_without_a_client(hea
         broker = redis.Redis.from_url(healthy.redis)
         lost = sum(broker.llen(q) for q in queue_lists("cpu-local"))
         broker.delete(*queue_lists("cpu-local"))  # ...and are lost
-        assert lost == 2, lost  # both tasks' first rounds
+        # a worker blocked in BRPOP when it was stopped may hold one already
+        assert lost >= 1, lost
     finally:
         healthy.worker.signal(signal.SIGCONT)
     t0 = time.monotonic()
@@ -70,7 +71,7 @@ def test_a_no_wait_job_whose_round_messages_vanish_finishes_without_a_client(hea
           f"with no client")
     states = store.task_states(job_id)
     assert all(s.state in ("done", "exhausted") for s in states.values()), states
-    assert all(s.retries >= 1 for s in states.values()), states  # each was sent again
+    assert sum(1 for s in states.values() if s.retries >= 1) >= lost, states  # sent again
     assert store.job_status(job_id)["finalized_by"].startswith(("supervisor", "worker"))
     counts = job_counts(healthy.redis, job_id)
     assert sum(c["duplicates"] for c in counts.values()) == 0, counts
