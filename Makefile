@@ -42,8 +42,13 @@ system-deps:
 
 arm64-tools browser: system-deps
 
+# tests run in a shuffled order (modules, and tests within a module), with a fixed seed so that
+# a failure can be replayed: `make test TEST_SEED=N`; every test also passes alone
+TEST_SEED ?= 20261201
+
 test: venv system-deps
-	$(BIN)/python -m pytest -q -rfE
+	$(BIN)/python -m pytest -q -rfE --durations=15 --random-order-bucket=module \
+		--random-order-seed=$(TEST_SEED)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"

@@ -60,6 +60,7 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
     for task in summary["tasks"]:  # and nothing was measured twice or lost
         recs = store.records(task["workload_key"])
         assert len(recs) == task["trials_measured"] >= 1
-        assert len({r.candidate for r in recs}) == len(recs)
+        assert task["counts"]["duplicates"] == 0, task["counts"]  # counted by the store
+        assert task["counts"]["new"] == task["trials_measured"], task["counts"]
         assert task["measure_s"] > 0
     assert summary["numerics_ok"]
