@@ -46,15 +46,17 @@ arm64-tools browser: system-deps
 # a failure can be replayed: `make test TEST_SEED=N`; every test also passes alone
 TEST_SEED ?= 20261201
 
-test: venv system-deps
+test: venv system-deps lint
 	$(BIN)/python -m pytest -q -rfE --durations=15 --random-order-bucket=module \
 		--random-order-seed=$(TEST_SEED)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"
 
+# ruff, and the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml)
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples
+	$(BIN)/lint-imports
 
 bench: venv
 	$(BIN)/python bench/run.py

@@ -45,11 +45,6 @@ def list_hosts(redis_client: Any) -> list[HostBeat]:
     return out
 
 
-def hosts_with_key(redis_client: Any, device_key: str) -> list[HostBeat]:
-    return [h for h in list_hosts(redis_client)
-            if h.phones.get(device_key, {}).get("total", 0) > 0]
-
-
 def format_hosts(hosts: list[HostBeat]) -> str:
     if not hosts:
         return "no worker host has a heartbeat (start one with `farm worker --tracker ...`)"

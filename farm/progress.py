@@ -84,4 +84,8 @@ def render(view: dict[str, Any], width: int = 48) -> str:
                      f"{t['trials_in_store']:4}/{t['trials_goal']:<4} best {best:>11}  {_state(t)}")
         if t["state"] in ("waiting", "queued", "tuning") and t.get("message"):
             lines.append(f"  {'':{width}}   {t['message']}")
+    m = view.get("measurements", {})
+    if m.get("measurements"):
+        lines.append(f"  phone measurements: {m['measurements']} ({m['new']} new records, "
+                     f"{m['duplicates']} measured twice, {m['device_lost']} device lost)")
     return "\n".join(lines)

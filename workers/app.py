@@ -27,9 +27,9 @@ from workers.measure import (
     LeaseBusy,
     StaleRound,
     WorkerContext,
-    _best_effort,
-    _replace,
+    best_effort,
     run_round,
+    updated,
 )
 
 log = logging.getLogger(__name__)
@@ -119,12 +119,12 @@ def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         meta = {"job": req.job_id, "task": req.task_name, "round": req.round_index + 1,
                 "trials_done": c.new + c.duplicates, "trials_total": req.trials,
                 "best_us": c.best_us, "host": ctx.host, "device_key": req.device_key}
-        _best_effort(store.acquire_lease, req.workload_key, req.job_id, LEASE_TTL_S)  # renew
-        _best_effort(task.update_state, None, "PROGRESS", meta)
-        _best_effort(task.send_event, "task-progress", **meta)
+        best_effort(store.acquire_lease, req.workload_key, req.job_id, LEASE_TTL_S)  # renew
+        best_effort(task.update_state, None, "PROGRESS", meta)
+        best_effort(task.send_event, "task-progress", **meta)
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
         best = f", best {c.best_us:.1f} us" if c.best_us else ""
-        _best_effort(store.set_task_state, req.job_id, req.workload_key, _replace(
+        best_effort(store.set_task_state, req.job_id, req.workload_key, updated(
             prior, state="tuning", host=ctx.host,
             message=f"round {req.round_index + 1}: {c.new + c.duplicates}/{req.trials} trials "
                     f"on {ctx.host}{best}"))
@@ -142,8 +142,8 @@ def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         raise task.retry(countdown=10, max_retries=60) from e
     except LeaseBusy as e:
         prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
-        _best_effort(store.set_task_state, req.job_id, req.workload_key,
-                     _replace(prior, state="waiting", message=str(e)))
+        best_effort(store.set_task_state, req.job_id, req.workload_key,
+                     updated(prior, state="waiting", message=str(e)))
         raise task.retry(countdown=3) from e
     except RoundStopped:
         raise
@@ -161,11 +161,11 @@ def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
 def _fail(store: RecordStore, req: RoundRequest, host: str, message: str) -> None:
     """The task failed: say why; when it was the job's last task, finalize the job."""
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
-    _best_effort(store.set_task_state, req.job_id, req.workload_key,
-                 _replace(prior, state="failed", host=host, message=message))
+    best_effort(store.set_task_state, req.job_id, req.workload_key,
+                 updated(prior, state="failed", host=host, message=message))
     job = store.get_job(req.job_id)
     if job is not None and finalize_stage.job_finished(store, job):
-        _best_effort(finalize_stage.finalize_job, store, job, f"worker {host}")
+        best_effort(finalize_stage.finalize_job, store, job, f"worker {host}")
 
 
 def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundResult) -> None:
@@ -194,49 +194,49 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     early = job.early_stop_rounds if job else 0
     spent = sum(store.job_measured(req.job_id).values()) if budget else 0
     if store.job_status(req.job_id).get("state") == "cancelled":
-        state = _replace(prior, state="failed", message="job cancelled", **base)
+        state = updated(prior, state="failed", message="job cancelled", **base)
     elif count >= req.target_trials:
-        state = _replace(prior, state="done", message=f"{count} trials in store", **base)
+        state = updated(prior, state="done", message=f"{count} trials in store", **base)
     elif result.single_schedule and result.device_lost == 0 and count >= 1:
-        _best_effort(store.mark_exhausted, req.workload_key, count)
-        state = _replace(prior, state="exhausted", single_schedule=True,
+        best_effort(store.mark_exhausted, req.workload_key, count)
+        state = updated(prior, state="exhausted", single_schedule=True,
                          message="one possible schedule: measured once", **base)
     elif (not result.skipped and result.device_lost == 0
           and result.measured + result.duplicates < result.requested):
         # MetaSchedule stopped before the trials asked for: no new candidate is left.
-        _best_effort(store.mark_exhausted, req.workload_key, count)
-        state = _replace(prior, state="exhausted",
+        best_effort(store.mark_exhausted, req.workload_key, count)
+        state = updated(prior, state="exhausted",
                          message=f"search space exhausted after {count} distinct candidates",
                          **base)
     elif plan_stage.stopped_early(history, early):
-        state = _replace(prior, state="done",
+        state = updated(prior, state="done",
                          message=f"stopped early: no gain in the last {early} rounds", **base)
     elif req.round_index + 1 >= req.max_rounds:
-        state = _replace(prior, state="exhausted",
+        state = updated(prior, state="exhausted",
                          message=f"{req.max_rounds} rounds used, {count} trials in store", **base)
     elif budget and spent >= budget:
-        state = _replace(prior, state="done", message=f"job budget of {budget} trials spent",
+        state = updated(prior, state="done", message=f"job budget of {budget} trials spent",
                          **base)
     elif budget:
-        state = _replace(prior, state="ready", message="ready for another round", **base)
+        state = updated(prior, state="ready", message="ready for another round", **base)
     else:
         nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1,
                                       "attempt": 0})
         # the state names the next round first: if this process dies before the send, the
         # supervisor finds a queued round with no live copy and sends it
-        store.set_task_state(req.job_id, req.workload_key, _replace(
+        store.set_task_state(req.job_id, req.workload_key, updated(
             prior, state="queued", message=f"round {nxt.round_index + 1} queued",
             round=nxt.to_json(), **base))
         if store.claim(keys.round_sent(nxt.logical_id), ttl_s=keys.JOB_TTL_S):
             send_round(app, nxt, countdown_s=1.0 if result.device_lost else None)
         return
-    _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+    best_effort(store.set_task_state, req.job_id, req.workload_key, state)
     log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)
     if budget and job is not None:
         plan_next_round(app, store, job)
     if job is not None and finalize_stage.job_finished(store, job):
         # the last task ended: finalize here, so the job is finished even if no client waits
-        _best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
+        best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
 
 
 IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)
@@ -280,7 +280,7 @@ def plan_next_round(app: Any, store: RecordStore, job: JobSpec) -> None:
             _close(store, job, {pick: state, **ready}, f"job budget of {budget} trials used")
             return
         nxt = replace(nxt, trials=granted)
-        store.set_task_state(job.job_id, pick, _replace(
+        store.set_task_state(job.job_id, pick, updated(
             state, state="queued", message=f"round {nxt.round_index + 1} queued",
             round=nxt.to_json()))
         send_round(app, nxt)
@@ -289,4 +289,4 @@ def plan_next_round(app: Any, store: RecordStore, job: JobSpec) -> None:
 
 def _close(store: RecordStore, job: JobSpec, tasks: dict[str, TaskState], why: str) -> None:
     for wk, s in tasks.items():
-        _best_effort(store.set_task_state, job.job_id, wk, _replace(s, state="done", message=why))
+        best_effort(store.set_task_state, job.job_id, wk, updated(s, state="done", message=why))

@@ -15,7 +15,6 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
 from farm.store import RecordStore
-from farm.store.store import FAILED_RUN_SECS
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +26,6 @@ class StoreDatabase(PyDatabase):
         self.store = store
         self.workload_key = workload_key
         self.workload = Workload(mod)
-        self._extra: list[TuningRecord] = []
 
     def has_workload(self, mod: IRModule) -> bool:
         import tvm
@@ -38,7 +36,7 @@ class StoreDatabase(PyDatabase):
         return self.workload
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        self._extra.append(record)  # kept for the round; the store gets it via StoreCallback
+        """Nothing to do: every record reaches the store through StoreCallback, classified."""
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:
@@ -66,10 +64,6 @@ class StoreDatabase(PyDatabase):
 
     def __len__(self) -> int:
         return self.store.record_count(self.workload_key)
-
-
-def is_failed(run_secs: list[float] | None) -> bool:
-    return not run_secs or any(s >= FAILED_RUN_SECS for s in run_secs)
 
 
 PRETRAIN_LIMIT = 512  # stored records a round's cost model learns from before it searches

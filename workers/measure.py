@@ -30,11 +30,11 @@ LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of th
 ENDED = ("cancelled", "finalized", "failed")
 
 
-class StaleRound(Exception):
+class StaleRound(TuneError):
     """A round of an earlier run of a job that has been resumed since: the new run has its own."""
 
 
-class LeaseBusy(Exception):
+class LeaseBusy(TuneError):
     """Another job is tuning this workload right now; the round should wait for it."""
 
     def __init__(self, holder: str) -> None:
@@ -142,8 +142,8 @@ def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         if not announced:
             msg = f"waiting for a phone of key {req.device_key} on host {ctx.host}"
             log.warning("round %s: %s", req.round_id, msg)
-            _best_effort(store.set_task_state, req.job_id, req.workload_key,
-                         _replace(state, state="waiting", host=ctx.host, message=msg))
+            best_effort(store.set_task_state, req.job_id, req.workload_key,
+                         updated(state, state="waiting", host=ctx.host, message=msg))
             announced = True
         if time.monotonic() >= deadline:
             raise ServiceError(f"no phone of key {req.device_key} on host {ctx.host} for "
@@ -153,14 +153,15 @@ def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         time.sleep(1.0)
 
 
-def _replace(current: TaskState, **changes: Any) -> TaskState:
+def updated(current: TaskState, **changes: Any) -> TaskState:
+    """`current` with `changes`, stamped now."""
     data = current.to_json()
     data.update(changes)
     data["updated_at"] = time.time()
     return TaskState.from_json(data)
 
 
-def _best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
+def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
     """Progress writes never fail a round (Redis may be restarting)."""
     try:
         fn(*args, **kwargs)
@@ -200,7 +201,7 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
     try:
         return _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
     finally:
-        _best_effort(store.release_lease, req.workload_key, req.job_id)
+        best_effort(store.release_lease, req.workload_key, req.job_id)
 
 
 def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
@@ -217,10 +218,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     phones = wait_for_phone(ctx, store, req, prior)
     # this very round already started once (its worker died, or the store went away): a retry
     again = prior.state == "tuning" and prior.rounds == req.round_index + 1
-    state = _replace(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
+    state = updated(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
                      retries=prior.retries + (1 if again else 0),
                      message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
-    _best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+    best_effort(store.set_task_state, req.job_id, req.workload_key, state)
 
     mod = load_mod(task)
     target = tvm.target.Target(task.target)

@@ -26,5 +26,8 @@ def test_eta_comes_from_the_measured_rate():
     text = render(view)
     assert "ETA 2m00s" in text and "tuning on farm@h1" in text
     assert "[##########..........]    4/8" in text
+    assert view["measurements"] == {"measurements": 4, "new": 4, "duplicates": 0, "device_lost": 0}
+    assert "phone measurements: 4 (4 new records, 0 measured twice, 0 device lost)" in text
+    assert view["tasks"][0]["counts"]["new"] == 4
     store.set_task_state("j", "a", TaskState(state="done"))
     assert job_view(store, job, now=1200.0)["eta_s"] is None  # finished: no ETA

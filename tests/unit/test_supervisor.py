@@ -1,0 +1,106 @@
+"""The supervisor's judgement (which rounds are lost) and the round fence, on the in-memory
+store; the real thing runs in tests/faults (killed hosts, Redis crashes, vanished messages)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from farm.messages import JobSpec, RoundRequest
+from farm.store import TaskState, open_store
+from workers.fence import POISON_AFTER, RoundFence
+from workers.supervisor import Supervisor
+
+
+class App:
+    """What the supervisor sends, instead of a broker."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send_task(self, name, args, task_id, **_):  # noqa: ANN001 - Celery's signature
+        self.sent.append(task_id)
+
+
+class Broker:
+    """A broker whose queue holds the given task ids."""
+
+    def __init__(self, queued: list[str] = ()) -> None:  # type: ignore[assignment]
+        self.queued = [json.dumps({"headers": {"id": t}}) for t in queued]
+
+    def lrange(self, name, start, end):  # noqa: ANN001
+        return self.queued if name == "tune.k" else []
+
+
+def setup(states: dict[str, TaskState]):
+    store = open_store("memory://")
+    job = JobSpec(job_id="j", model="m", device_key="k", target={}, trials_per_task=8,
+                  round_trials=4, workload_keys=list(states), task_names={}, weights={})
+    store.put_job(job)
+    store.set_job_status("j", state="running")
+    store.set_active("j", True)
+    for wk, st in states.items():
+        store.set_task_state("j", wk, st)
+    return store
+
+
+def req(wk: str, attempt: int = 0) -> RoundRequest:
+    return RoundRequest(job_id="j", workload_key=wk, task_name=wk, round_index=1, trials=4,
+                        target_trials=8, max_rounds=4, device_key="k", attempt=attempt)
+
+
+def queued(wk: str, age_s: float, state: str = "queued") -> TaskState:
+    return TaskState(state=state, round=req(wk).to_json(), updated_at=time.time() - age_s)
+
+
+def test_a_round_with_no_live_copy_is_sent_again_as_a_new_attempt():
+    store = setup({"lost": queued("lost", 60), "running": queued("running", 60, "tuning"),
+                   "in_queue": queued("in_queue", 60), "fresh": queued("fresh", 1),
+                   "done": TaskState(state="done")})
+    store.acquire_round(req("running").logical_id, "a|node|elsewhere|1", ttl_s=30)
+    app = App()
+    sup = Supervisor(app, store, Broker([req("in_queue").round_id]), "w", 5.0, grace_s=30.0)
+    assert sup.sweep() == [req("lost", attempt=1).round_id]
+    assert app.sent == [req("lost", attempt=1).round_id]
+    st = store.task_states("j")["lost"]
+    assert st.state == "queued" and st.retries == 1 and st.round["attempt"] == 1
+    assert sup.sweep() == []  # just sent: not again before the grace
+
+
+def test_a_dead_holder_of_this_machine_is_not_a_live_copy():
+    import socket
+
+    store = setup({"t": queued("t", 60, "tuning")})
+    store.acquire_round(req("t").logical_id, f"x|node|{socket.gethostname()}|999999",
+                        ttl_s=30)
+    assert Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep() != []
+
+
+def test_a_finished_job_is_finalized_once_and_left_alone():
+    store = setup({"a": TaskState(state="done"), "b": TaskState(state="failed")})
+    Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep()
+    assert store.job_status("j")["state"] == "finalized"
+    assert store.job_status("j")["finalized_by"] == "supervisor w"
+    assert store.active_jobs() == []
+
+
+def test_one_copy_runs_a_round_and_none_after_it_is_done():
+    store = open_store("memory://")
+    first = RoundFence(store, req("t"), "node1", ttl_s=30)
+    assert first.enter() == "run"
+    second = RoundFence(store, req("t", attempt=1), "node2", ttl_s=30)
+    assert second.enter().startswith(req("t").round_id + "|node1|")  # the live holder
+    first.exit(done=True)
+    assert RoundFence(store, req("t", attempt=2), "node2", ttl_s=30).enter() == "done"
+
+
+def test_a_round_whose_process_keeps_dying_is_poisoned():
+    store = open_store("memory://")
+    for _ in range(POISON_AFTER):
+        fence = RoundFence(store, req("p"), "node", ttl_s=30)
+        assert fence.enter() == "run" and not fence.poisoned
+        store.release_round(req("p").logical_id, fence.owner)  # died: no exit(), lease gone
+        fence._stop.set()
+    last = RoundFence(store, req("p"), "node", ttl_s=30)
+    assert last.enter() == "run" and last.poisoned and last.crashes == POISON_AFTER
+    last.exit(done=True)
