@@ -45,9 +45,19 @@ class RoundStopped(TuneError):
     whole lease): it stops measuring at once so that two copies never measure together."""
 
 
+def machine() -> str:
+    """This machine as its processes see it: the host name and the PID namespace (two
+    containers may share a host name, never a PID namespace)."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{socket.gethostname()}~{ns}"
+
+
 def owner_of(req: RoundRequest, node: str) -> str:
     """Who holds a round's lease: this copy, the worker node, this machine and process."""
-    return f"{req.round_id}|{node}|{socket.gethostname()}|{os.getpid()}"
+    return f"{req.round_id}|{node}|{machine()}|{os.getpid()}"
 
 
 def holder_is_dead(holder: str) -> bool:
@@ -55,7 +65,7 @@ def holder_is_dead(holder: str) -> bool:
 
     A holder on another machine is alive until its lease expires (we cannot look)."""
     parts = holder.rsplit("|", 2)
-    if len(parts) != 3 or parts[1] != socket.gethostname():
+    if len(parts) != 3 or parts[1] != machine():
         return False
     try:
         pid = int(parts[2])

@@ -68,12 +68,16 @@ def test_a_round_with_no_live_copy_is_sent_again_as_a_new_attempt():
 
 
 def test_a_dead_holder_of_this_machine_is_not_a_live_copy():
-    import socket
+    from workers.fence import machine
 
     store = setup({"t": queued("t", 60, "tuning")})
-    store.acquire_round(req("t").logical_id, f"x|node|{socket.gethostname()}|999999",
-                        ttl_s=30)
+    store.acquire_round(req("t").logical_id, f"x|node|{machine()}|999999", ttl_s=30)
     assert Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep() != []
+    # the same pid on a machine we cannot see into is alive until its lease expires
+    store.set_task_state("j", "t", queued("t", 60, "tuning"))
+    store.acquire_round(req("t").logical_id, "x|node|other~1|999999", ttl_s=30,
+                        dead_holder=f"x|node|{machine()}|999999")
+    assert Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep() == []
 
 
 def test_a_finished_job_is_finalized_once_and_left_alone():
