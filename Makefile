@@ -56,7 +56,7 @@ test-fast: venv
 # ruff, and the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml)
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples
-	$(BIN)/lint-imports
+	$(BIN)/lint-imports --no-logo
 
 bench: venv
 	$(BIN)/python bench/run.py

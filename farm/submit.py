@@ -365,9 +365,10 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
 def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
            out: Path | None = None, force: bool = False,
            timeout_s: float | None = None) -> dict[str, Any]:
-    """`farm wait JOB`: take over a lab job whose submitting client died. Waits for it (and
-    re-sends lost rounds), finalizes it (once per job), and when its model file is readable
-    here, compiles it into <out> (default: the job's own --out) like `farm submit` would."""
+    """`farm wait JOB`: the client's part of a lab job whose submitting client died or did not
+    wait. Waits for it (the farm's supervisor re-sends lost rounds and finalizes it; finalize
+    here too, once per job, is a no-op then), and when its model file is readable here,
+    compiles it into <out> (default: the job's own --out) like `farm submit` would."""
     t0 = time.monotonic()
     if not config.broker_url:
         raise UsageError("`farm wait` follows a job on a lab farm; an embedded farm stops with "
