@@ -110,14 +110,21 @@ class StoreAwareSearch(PySearchStrategy):
         else:
             self.inner.notify_runner_results(cands, results)
 
-    def _known(self, cands: list[Any]) -> dict[int, StoredRecord]:
-        known = {}
+    def _sort(self, cands: list[Any]) -> tuple[dict[int, StoredRecord], dict[int, int]]:
+        """The batch's stored candidates (index -> record), and its twins: a candidate the
+        same batch proposed earlier (index -> the earlier index). A random batch of a small
+        design space often holds the same schedule twice; it is measured once."""
+        known, twins, first = {}, {}, {}
         for i, cand in enumerate(cands):
-            rec = self.store.get_record(self.workload_key,
-                                        candidate_hash(record_of(cand, self.workload, self.target)))
+            h = candidate_hash(record_of(cand, self.workload, self.target))
+            if h in first:
+                twins[i] = first[h]
+                continue
+            first[h] = i
+            rec = self.store.get_record(self.workload_key, h)
             if rec is not None:
                 known[i] = rec
-        return known
+        return known, twins
 
     def generate_measure_candidates(self) -> list[Any] | None:
         for _ in range(MAX_KNOWN_BATCHES):
@@ -125,23 +132,26 @@ class StoreAwareSearch(PySearchStrategy):
             if cands is None:
                 return None
             cands = list(cands)
-            known = self._known(cands)
-            self.counts["skipped"] += len(known)
-            fresh = [c for i, c in enumerate(cands) if i not in known]
+            known, twins = self._sort(cands)
+            self.counts["skipped"] += len(known) + len(twins)
+            fresh = [i for i in range(len(cands)) if i not in known and i not in twins]
             if fresh:
-                self._batch = (cands, known)
-                return fresh
-            self._tell(cands, [stored_result(known[i]) for i in range(len(cands))])
+                self._batch = (cands, known, twins, fresh)
+                return [cands[i] for i in fresh]
+            self._tell(cands, [stored_result(known[twins.get(i, i)]) for i in range(len(cands))])
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
                  "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
         return None
 
     def notify_runner_results(self, measure_candidates: list[Any], results: list[Any]) -> None:
         assert self._batch is not None, "notify_runner_results without a batch"
-        cands, known = self._batch
+        cands, known, twins, fresh = self._batch
         self._batch = None
-        fresh = iter(results)
-        full = [stored_result(known[i]) if i in known else next(fresh) for i in range(len(cands))]
+        measured = dict(zip(fresh, results, strict=True))
+        full = []
+        for i in range(len(cands)):
+            j = twins.get(i, i)  # a twin gets the result of the one measured
+            full.append(stored_result(known[j]) if j in known else measured[j])
         self._tell(cands, full)
 
     def clone(self) -> Any:
