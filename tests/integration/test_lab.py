@@ -96,14 +96,21 @@ def test_devices_lists_both_hosts(lab, tmp_path):
     assert sorted(by_name[HOST2]["queues"]) == ["tune.b", "tune.cpu-local"]
 
 
-def test_one_job_spreads_over_both_hosts(lab, example_models, tmp_path):
-    wait_devices(lab, tmp_path, {HOST1, HOST2})
-    out = tmp_path / "spread"
+@pytest.fixture(scope="module")
+def spread(lab, example_models, tmp_path_factory) -> dict:
+    """The CNN tuned once on the lab (both hosts); tests that read its rounds share it."""
+    tmp = tmp_path_factory.mktemp("spread")
+    wait_devices(lab, tmp, {HOST1, HOST2})
+    out = tmp / "spread"
     proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
                      "--out", str(out), "--tracker", lab["trackers"][HOST1], "--timeout", "900"],
-                    tmp_path, env=lab["env"])
+                    tmp, env=lab["env"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    return {"out": out, "summary": json.loads((out / "summary.json").read_text())}
+
+
+def test_one_job_spreads_over_both_hosts(lab, spread):
+    summary, out = spread["summary"], spread["out"]
     by_task = hosts_of_records(lab["redis"], summary)
     all_hosts = set().union(*by_task.values())
     assert all_hosts == {HOST1, HOST2}, by_task
@@ -123,7 +130,7 @@ def flower_tasks(lab) -> dict:
         return json.loads(resp.read())
 
 
-def test_flower_shows_the_rounds_by_name(lab):
+def test_flower_shows_the_rounds_by_name(lab, spread):
     deadline = time.monotonic() + 30
     rounds = {}
     while time.monotonic() < deadline:
