@@ -35,7 +35,6 @@ from workers.measure import (
 log = logging.getLogger(__name__)
 
 _PROCESS: dict[str, Any] = {}
-LIVE_STATES = ("queued", "tuning", "waiting")  # a task whose round is outstanding
 
 
 def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
@@ -86,7 +85,7 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     fence = RoundFence(store, req, ctx.host, ttl_s=keys.HOST_TTL_S)
     verdict = fence.enter()
     if verdict == "done":
-        if prior.state in LIVE_STATES:  # it ran, but the job did not go on (its worker died)
+        if prior.outstanding:  # it ran, but the job did not go on (its worker died)
             continue_job(_PROCESS["app"], store, req, RoundResult(
                 job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
                 host=ctx.host, measured=0, valid=0, skipped=True))
@@ -260,7 +259,7 @@ def plan_next_round(app: Any, store: RecordStore, job: JobSpec) -> None:
     spent = sum(store.job_measured(job.job_id).values())
     states = store.task_states(job.job_id)
     ready = {wk: s for wk, s in states.items() if s.state == "ready"}
-    busy = [wk for wk, s in states.items() if s.state in LIVE_STATES]
+    busy = [wk for wk, s in states.items() if s.outstanding]
     if spent >= budget:
         _close(store, job, ready, f"job budget of {budget} trials spent")
         return

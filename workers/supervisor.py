@@ -85,8 +85,7 @@ class Supervisor(threading.Thread):
                 req = self._lost_round(st, queued[job.device_key])
                 if req is not None:
                     sent.append(self._send_again(job, wk, st, req))
-            if job.trials_budget and not any(s.state in ("queued", "tuning", "waiting")
-                                             for s in states.values()):
+            if job.trials_budget and not any(s.outstanding for s in states.values()):
                 from workers.app import plan_next_round
 
                 plan_next_round(self.app, self.store, job)
@@ -94,7 +93,7 @@ class Supervisor(threading.Thread):
 
     def _lost_round(self, st: TaskState, queued: set[str]) -> RoundRequest | None:
         """The task's outstanding round when no copy of it is live, else None."""
-        if st.terminal or st.state == "ready" or not st.round:
+        if not st.outstanding or not st.round:
             return None
         if time.time() - st.updated_at < self.grace_s:
             return None  # moved lately: in transit, starting, or a retry counting down

@@ -104,6 +104,11 @@ class TaskState(_Message):
     def terminal(self) -> bool:
         return self.state in ("done", "exhausted", "failed")
 
+    @property
+    def outstanding(self) -> bool:
+        """Its round (`round`) is queued, waiting or running: the job goes on from there."""
+        return self.state in ("queued", "tuning", "waiting")
+
 
 class RecordStore(ABC):
     """Where every measurement lives. See the module docstring for the contract."""
