@@ -19,6 +19,14 @@ def run_farm(args: list[str], home: Path, timeout_s: float = 1200,
                           text=True, timeout=timeout_s, env=full_env)
 
 
+def ctrl_c_works() -> None:
+    """preexec_fn for a child that the test stops with SIGINT (Ctrl-C): a test run started in
+    the background of a shell ignores SIGINT, and its children would inherit that."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def started_pids(home: Path) -> list[tuple[int, str]]:
     """Every (pid, name) an embedded farm under `home` started (its pids files)."""
     out = []

@@ -16,7 +16,7 @@ import pytest
 
 from farm import services
 from farm.store import open_store
-from tests.helpers import alive, run_farm, started_pids
+from tests.helpers import alive, ctrl_c_works, run_farm, started_pids
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +43,7 @@ def interrupt_after(args: list[str], home: Path, records: int) -> str:
     env = {**os.environ, "FARM_HOME": str(home), "FARM_PHONE_DELAY_S": "0.3"}
     env.pop("FARM_BROKER_URL", None)
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], env=env,
+                            preexec_fn=ctrl_c_works,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 600

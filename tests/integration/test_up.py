@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from farm.services import free_port
-from tests.helpers import run_farm
+from tests.helpers import ctrl_c_works, run_farm
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,8 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
     up = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--redis-port", str(redis_port),
                            "--flower-port", str(flower_port), "--tracker-port", str(tracker_port),
                            "--phones", "1"], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True)
+                          stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=ctrl_c_works)
     url = f"redis://:s3cret@127.0.0.1:{redis_port}/0"
     try:
         deadline = time.monotonic() + 240
