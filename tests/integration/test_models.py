@@ -25,8 +25,12 @@ def test_model_tunes_and_matches_torch(example_models, tmp_path, model, shape):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["numerics_ok"]
     assert all(t["best_us"] is not None for t in summary["tasks"])
-    assert summary["latency_us"]["tuned"] < summary["latency_us"]["untuned"]
+    # every task's best record was applied: each tuned function took its schedule from the log
+    # (which is faster is for the benchmarks: at 2 random candidates a task, a tuned depthwise
+    # conv was once slower than TVM's default schedule, 348.9 vs 281.8 us)
+    assert set(summary["schedules"]["from_log"]) == {t["name"] for t in summary["tasks"]}
     assert not summary["schedules"]["fallback"], summary["schedules"]["fallback"]
+    assert summary["latency_us"]["tuned"] > 0 and summary["latency_us"]["untuned"] > 0
     if model == "transformer.pt2":  # its reshapes and the like have one possible schedule
         single = [t for t in summary["tasks"] if t["single_schedule"]]
         assert single, [t["message"] for t in summary["tasks"]]
