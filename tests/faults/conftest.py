@@ -179,6 +179,10 @@ def record_sets(redis_url: str) -> dict[str, set[str]]:
         store.close()
 
 
+def total(records: dict[str, set[str]]) -> int:
+    return sum(len(c) for c in records.values())
+
+
 def job_counts(redis_url: str, job_id: str) -> dict[str, dict[str, int]]:
     store = open_store(redis_url)
     try:
@@ -213,9 +217,11 @@ def run_through_fault(farm: Farm, tmp_path: Path, inject: Callable[[], Any], tri
     `check_store`. Returns the summary."""
     model = tiny_model(tmp_path / "tiny.pt2", width)
     out = tmp_path / "out"
+    stored = total(record_sets(farm.redis))  # other tests' records, on a shared farm
     proc = start_submit(farm, model, out, tmp_path / "home", trials=trials)
     try:
-        wait_until("a first record", lambda: any(record_sets(farm.redis).values()))
+        wait_until("a first record of this job",
+                   lambda: total(record_sets(farm.redis)) > stored)
         before = inject() or record_sets(farm.redis)
         _, err = proc.communicate(timeout=900)
     finally:

@@ -18,6 +18,7 @@ from tests.faults.conftest import (
     record_sets,
     run_through_fault,
     tiny_model,
+    total,
     wait_until,
 )
 from tests.helpers import run_farm
@@ -35,10 +36,8 @@ def test_redis_killed_mid_round(healthy, tmp_path):
         time.sleep(2)
         healthy.heal()  # the same Redis, started again from its AOF
         timing["restarted"] = time.monotonic()
-        total = sum(len(c) for c in before.values())
         wait_until("a new record after the restart",
-                   lambda: sum(len(c) for c in record_sets(healthy.redis).values()) > total,
-                   timeout_s=120)
+                   lambda: total(record_sets(healthy.redis)) > total(before), timeout_s=120)
         timing["measuring"] = time.monotonic()
         return before
 
