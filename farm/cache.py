@@ -7,8 +7,12 @@ one device key (whose profile gives the target the workload key is built from).
 
 from __future__ import annotations
 
+import json
+import math
+import socket
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str,
             continue
         best = store.best(wk)
         out.append({"workload_key": wk, "name": task.name, "device_key": task.device_key,
-                    "trials": store.record_count(wk),
+                    "trials": store.record_count(wk), "unverified": store.unverified_count(wk),
                     "best_us": round(best.run_us, 3) if best and best.run_us else None,
                     "best_job": best.job_id if best else None})
     return out
@@ -47,10 +51,13 @@ def show(store: RecordStore, wk: str, top: int = 5) -> dict[str, Any]:
         "workload_key": wk, "name": task.name, "device_key": task.device_key,
         "target": task.target, "weight": task.weight, "trials": len(records),
         "valid": len(valid), "failures": dict(failures),
+        "unverified": sum(1 for r in records if not r.verified),
         "jobs": sorted({r.job_id for r in records if r.job_id}),
         "hosts": sorted({r.host for r in records if r.host}),
+        "sources": dict(Counter(r.source for r in records)),
         "top": [{"candidate": r.candidate, "run_us": round(r.run_us, 3), "job_id": r.job_id,
-                 "host": r.host} for r in valid[:top]],  # type: ignore[arg-type]
+                 "host": r.host, "source": r.source, "tvm": r.tvm, "verified": r.verified}
+                for r in valid[:top]],  # type: ignore[arg-type]
     }
 
 
@@ -82,43 +89,153 @@ def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> 
     return sum(1 for b in bests.values() if b is not None)
 
 
-def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
-               source: str = "import") -> tuple[int, int]:
-    """Seed the store from a JSONDatabase folder. Returns (workloads, new records)."""
-    import tvm
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
+@dataclass
+class ImportReport:
+    """What `farm cache import` took and what it refused (reason -> count, and examples)."""
 
+    workloads: int = 0
+    new: int = 0
+    known: int = 0  # candidates the store holds already
+    refused: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def refuse(self, reason: str, where: str) -> None:
+        self.refused[reason] += 1
+        self.examples.setdefault(reason, where)
+
+    def lines(self) -> list[str]:
+        out = [f"{n} refused: {why} (first: {self.examples[why]})"
+               for why, n in self.refused.most_common()]
+        return out
+
+
+def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, Any]]:
+    out = []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read it: {e}", subject=str(path)) from e
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((n, json.loads(line)))
+        except ValueError as e:
+            report.refuse("not JSON", f"{path.name}:{n}: {e}")
+    return out
+
+
+def check_log_dir(log_dir: Path) -> None:
+    """Refuse a folder that is not a MetaSchedule JSONDatabase (before any store is opened)."""
     for name in ("database_workload.json", "database_tuning_record.json"):
         if not (log_dir / name).is_file():
             raise UsageError(f"not a MetaSchedule JSONDatabase: {name} is missing",
-                             subject=str(log_dir))
-    try:
-        db = JSONDatabase(work_dir=str(log_dir), allow_missing=False)
-        records = db.get_all_tuning_records()
-    except Exception as e:  # noqa: BLE001
-        raise StoreError(f"cannot read the JSONDatabase: {e}", subject=str(log_dir)) from e
-    target = profile.target_json()
-    workloads: set[str] = set()
-    new = 0
-    for rec in records:
-        mod = rec.workload.mod
-        wk = workload_key(tvm_ffi.structural_hash(mod), target, profile.key)
-        if wk not in workloads:
+                             subject=str(log_dir), hint="pass the folder of a JSONDatabase "
+                             "(a tuning work_dir or `farm cache export`)")
+
+
+def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
+               retarget: bool = False) -> ImportReport:
+    """Seed the store from a JSONDatabase folder, record by record, as unverified records.
+
+    Each record is checked: its workload reads back, its trace applies to the workload, its
+    run times are finite and > 0 (or MetaSchedule's failure mark), its target is the
+    profile's (unless `retarget`: then it is filed under the profile's target). A record that
+    fails a check is refused and counted in the report. Imported records warm the search and
+    the cost model; none is a job's final choice before a phone of the farm measured it."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    check_log_dir(log_dir)
+    report = ImportReport()
+    source = f"import:{log_dir.resolve()}"
+    host = socket.gethostname()
+    want = tvm.target.Target(profile.target_json())
+    workloads: dict[int, tuple[Any, str] | None] = {}
+    for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", report)):
+        try:
+            wl = Workload.from_json(row)
+            workloads[index] = (wl, workload_key(tvm_ffi.structural_hash(wl.mod),
+                                                 profile.target_json(), profile.key))
+        except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
+            workloads[index] = None
+            report.refuse("workload unreadable", f"database_workload.json:{n}: {_short(e)}")
+    filed: set[str] = set()
+    for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
+        where = f"database_tuning_record.json:{n}"
+        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
+            report.refuse("not a [workload index, record] pair", where)
+            continue
+        found = workloads.get(row[0])
+        if found is None:
+            report.refuse("its workload is missing or unreadable", where)
+            continue
+        wl, wk = found
+        try:
+            rec = TuningRecord.from_json(row[1], wl)
+            rec.as_measure_candidate()  # the trace applies to the workload
+        except Exception as e:  # noqa: BLE001
+            report.refuse("its trace does not apply to its workload", f"{where}: {_short(e)}")
+            continue
+        secs = [float(x) for x in (rec.run_secs or [])]
+        failed = bool(secs) and all(x >= FAILED_RUN_SECS for x in secs)
+        if not failed and (not secs or not all(math.isfinite(x) and 0 < x < FAILED_RUN_SECS
+                                               for x in secs)):
+            report.refuse("run times not finite and > 0", f"{where}: {secs[:4]}")
+            continue
+        if rec.target is None or _canonical(rec.target) != _canonical(want):
+            if not retarget:
+                report.refuse(f"target is not the profile's ({profile.key}: {want}); "
+                              "--retarget files it under the profile", f"{where}: {rec.target}")
+                continue
+            rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
+        if wk not in filed:
             store.put_workload(TuneTask(
-                name=f"imported:{_func_name(mod)}", workload_key=wk, weight=1,
-                mod_json=tvm.ir.save_json(mod), target=target, device_key=profile.key), source)
-            workloads.add(wk)
+                name=f"imported:{_func_name(wl.mod)}", workload_key=wk, weight=1,
+                mod_json=tvm.ir.save_json(wl.mod), target=profile.target_json(),
+                device_key=profile.key), source)
+            filed.add(wk)
         data = rec.as_json()
-        secs = [float(s) for s in (rec.run_secs or [])]
-        failed = not secs or any(s >= FAILED_RUN_SECS for s in secs)
         stored = StoredRecord(
             workload_key=wk, candidate=candidate_hash(data), record=data,
             run_us=None if failed else sum(secs) / len(secs) * 1e6,
-            error_class="runtime" if failed else None, job_id=source, host="import",
-            measured_at=time.time())
-        new += int(store.add_record(stored))
-    return len(workloads), new
+            error_class="runtime" if failed else None, job_id="", host=host,
+            measured_at=time.time(), source=source, tvm="", verified=False)
+        if store.add_record(stored):
+            report.new += 1
+        else:
+            report.known += 1
+    report.workloads = len(filed)
+    return report
+
+
+def _canonical(target: Any) -> str:
+    """A target as comparable text (attribute order and tuple/list do not matter)."""
+    try:
+        return json.dumps(json.loads(str(target)), sort_keys=True)  # a target prints as JSON
+    except ValueError:
+        return str(target)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return (text[-1] if text else type(e).__name__)[:200]
+
+
+def remove(store: RecordStore, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
+    """`farm cache rm`: forget whole workloads, or (with `source`) only the records that came
+    from it: a job id, an import (`import:<path>`, or a prefix of it), or a host. Returns
+    {"workloads": n, "records": n} removed."""
+    if source is None:
+        gone = sum(1 for wk in workload_keys if store.remove_workload(wk))
+        return {"workloads": gone, "records": 0}
+    removed = 0
+    for wk in workload_keys or store.workload_keys():
+        picked = [r.candidate for r in store.records(wk)
+                  if source in (r.job_id, r.host, r.source) or r.source.startswith(source)]
+        removed += store.remove_records(wk, picked)
+    return {"workloads": 0, "records": removed}
 
 
 def _func_name(mod: Any) -> str:

@@ -31,6 +31,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     config = _config(args, device_key=args.device_key, round_trials=args.round_trials,
                      phones=args.phones, broker_url=args.broker)
+    if args.trials is not None and args.trials < 1:  # left out: no job budget (0 below)
+        raise UsageError(f"must be a whole number >= 1, got {args.trials}", subject="--trials",
+                         hint="e.g. --trials 500, or leave it out for no job budget")
     opts = SubmitOptions(
         model=Path(args.model), out=Path(args.out),
         trials_per_task=(args.trials_per_task if args.trials_per_task is not None
@@ -97,13 +100,19 @@ def cmd_phones(args: argparse.Namespace) -> int:
     group = services.ServiceGroup()
     try:
         home = Path(_config(args).home)
+        from farm.phone import advertised_address
+
+        shown = (advertised_address(args.host, args.advertise, args.tracker)
+                 or "the address they reach the tracker from")
         for i in range(args.count):
             group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
-                                           arch=args.arch, home=home))
+                                           host=args.host, arch=args.arch, home=home,
+                                           advertise=args.advertise))
         from farm.tracker import wait_for_phones
 
         wait_for_phones(args.tracker, args.key, args.count, timeout_s=300 if args.arch else 60)
-        print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker} "
+        print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker}, "
+              f"listening on {args.host}, advertised as {shown} "
               f"(logs in {log_dir}); Ctrl-C stops them", file=sys.stderr)
         while True:
             group.check_alive()
@@ -199,8 +208,57 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    if args.action == "verify":
+        return _cache_verify(args)
+    if args.action == "import":  # a wrong folder is refused before the store is opened
+        from farm.cache import check_log_dir
+
+        if not args.arg:
+            raise UsageError("farm cache import needs a JSONDatabase folder")
+        check_log_dir(Path(args.arg))
     with _store(args) as store:
         return _cache(args, store)
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    """Measure the stored bests again on a phone of the key and print the drift."""
+    from farm.profiles import resolve_profile
+    from farm.store import open_store
+    from workers.verify import DRIFT_WARN, verify_bests
+
+    config = _config(args, broker_url=args.broker, device_key=args.device_key)
+    profile = resolve_profile(config.device_key, config.profiles)
+    wks = args.arg.split(",") if args.arg else None
+    if config.store_url:
+        if not args.tracker:
+            raise UsageError("verifying a lab farm's store needs a tracker with phones of the "
+                             "key", subject="farm cache verify",
+                             hint="pass --tracker HOST:PORT of a worker host")
+        with _store(args) as store:
+            rows = verify_bests(store, args.tracker, profile, config, wks)
+    else:
+        from farm.embedded import embedded_farm
+
+        with embedded_farm(config) as farm:
+            store = open_store(farm.broker_url)
+            try:
+                rows = verify_bests(store, args.tracker or farm.tracker, profile, config, wks)
+            finally:
+                store.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'workload key':26} {'stored us':>10} {'now us':>10} {'drift':>8}  task")
+    for r in rows:
+        now = f"{r['measured_us']:.1f}" if r["measured_us"] is not None else "-"
+        drift = f"{r['drift']:+.0%}" if r["drift"] is not None else "-"
+        flag = "  << drift" if r["flagged"] else (f"  error: {r['error']}" if r["error"] else "")
+        print(f"{r['workload_key']:26} {r['stored_us']:10.1f} {now:>10} {drift:>8}  "
+              f"{r['name']}{flag}")
+    flagged = sum(1 for r in rows if r["flagged"])
+    print(f"{len(rows)} bests measured again on {profile.key}; {flagged} drifted more than "
+          f"{DRIFT_WARN:.0%}")
+    return 0
 
 
 def _cache(args: argparse.Namespace, store: Any) -> int:
@@ -212,11 +270,12 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        print(f"{'workload key':26} {'device key':14} {'trials':>6} {'best us':>10}  task")
+        print(f"{'workload key':26} {'device key':14} {'trials':>6} {'unverified':>10} "
+              f"{'best us':>10}  task")
         for r in rows:
             best = f"{r['best_us']:.1f}" if r["best_us"] is not None else "-"
-            print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} {best:>10}  "
-                  f"{r['name']}")
+            print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} "
+                  f"{r['unverified']:10} {best:>10}  {r['name']}")
     elif args.action == "show":
         if not args.arg:
             raise UsageError("farm cache show needs a workload key")
@@ -233,21 +292,51 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
             raise UsageError("farm cache import needs a JSONDatabase folder")
         config = _config(args)
         key = args.device_key or config.device_key
-        wls, new = cache.import_log(store, Path(args.arg), resolve_profile(key, config.profiles))
-        print(f"imported {new} new records of {wls} workloads for device key {key}")
+        got = cache.import_log(store, Path(args.arg), resolve_profile(key, config.profiles),
+                               retarget=args.retarget)
+        print(f"imported {got.new} new records of {got.workloads} workloads for device key "
+              f"{key} ({got.known} already stored); unverified until a phone of the farm "
+              f"measures them (the next job's first rounds measure the best of them)")
+        for line in got.lines():
+            print(line)
+        if got.refused and not got.new and not got.known:
+            raise UsageError(f"every record was refused ({sum(got.refused.values())})",
+                             subject=args.arg, hint="see the reasons above")
+    elif args.action == "rm":
+        if not args.arg and not args.source:
+            raise UsageError("farm cache rm needs workload keys or --source",
+                             hint="`farm cache ls` lists workload keys; --source takes a job "
+                                  "id, a host or an import path")
+        wks = args.arg.split(",") if args.arg else []
+        unknown = [wk for wk in wks if store.get_workload(wk) is None]
+        if unknown:
+            raise UsageError(f"no such workload: {', '.join(unknown)}", subject="farm cache rm",
+                             hint="`farm cache ls` lists them")
+        gone = cache.remove(store, wks, args.source)
+        print(f"removed {gone['workloads']} workloads and {gone['records']} records"
+              + (f" from {args.source}" if args.source else ""))
     return 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     """A whole lab farm as local processes in the foreground: Redis (AOF), Flower, a tracker,
     emulated phones and a worker. Ctrl-C stops them all."""
-    import os
 
     from farm import services
+    from farm.secrets import secret
     from farm.tracker import wait_for_phones
 
-    args.redis_password = args.redis_password or os.environ.get("FARM_REDIS_PASSWORD") or None
-    args.flower_auth = args.flower_auth or os.environ.get("FARM_FLOWER_AUTH") or None
+    args.redis_password = args.redis_password or secret("FARM_REDIS_PASSWORD")
+    args.flower_auth = args.flower_auth or secret("FARM_FLOWER_AUTH")
+    if not services.is_loopback(args.bind):
+        missing = [what for what, value in (("FARM_REDIS_PASSWORD", args.redis_password),
+                                            ("FARM_FLOWER_AUTH", args.flower_auth)) if not value]
+        if missing:
+            raise UsageError(f"binding {args.bind} (not loopback) needs {' and '.join(missing)}",
+                             subject="farm up --bind",
+                             hint="anyone who reaches an open Redis can forge records and run "
+                                  "rounds; set them in the environment (not on the command "
+                                  "line), or bind 127.0.0.1")
     config = _config(args)
     home = Path(config.home)
     log_dir = home / "up-logs"
@@ -257,8 +346,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                                               host=args.bind, password=args.redis_password,
                                               maxmemory=config.redis_maxmemory)
         group.add(redis_svc)
-        group.add(services.start("flower", flower_argv(url, args.bind, args.flower_port,
-                                                       args.flower_auth), log_dir))
+        argv, env = flower_command(url, args.bind, args.flower_port, args.flower_auth)
+        group.add(services.start("flower", argv, log_dir, env))
         tracker_svc, tracker = services.start_tracker(log_dir, port=args.tracker_port)
         group.add(tracker_svc)
         for i in range(args.phones):
@@ -277,14 +366,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         group.stop()
 
 
-def flower_argv(broker_url: str, address: str, port: int, auth: str | None) -> list[str]:
-    # the result backend too: Flower then shows a running round's PROGRESS state
-    argv = [sys.executable, "-m", "celery", "--broker", broker_url, "--result-backend",
-            broker_url, "flower",
-            f"--address={address}", f"--port={port}", "--persistent=False"]
+def flower_command(broker_url: str, address: str, port: int,
+                   auth: str | None) -> tuple[list[str], dict[str, str]]:
+    """Flower's command line and the environment that carries its secrets (the broker URL
+    with its password, the basic-auth credentials): never on the command line, which every
+    user of the host sees in `ps`. The result backend too: Flower then shows a running
+    round's PROGRESS state."""
+    argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}",
+            "--persistent=False"]
+    env = {"CELERY_BROKER_URL": broker_url, "CELERY_RESULT_BACKEND": broker_url}
     if auth:
-        argv.append(f"--basic-auth={auth}")
-    return argv
+        env["FLOWER_BASIC_AUTH"] = auth
+    return argv, env
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
@@ -295,12 +388,15 @@ def cmd_flower(args: argparse.Namespace) -> int:
     config = _config(args, broker_url=args.broker)
     if not config.broker_url:
         raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
-    auth = args.auth or os.environ.get("FARM_FLOWER_AUTH") or None
-    if auth is None and args.address not in ("127.0.0.1", "localhost", "::1"):
+    from farm.secrets import secret
+    from farm.services import is_loopback
+
+    auth = args.auth or secret("FARM_FLOWER_AUTH")
+    if auth is None and not is_loopback(args.address):
         raise UsageError(f"Flower on {args.address} without basic auth",
                          hint="set FARM_FLOWER_AUTH=user:password")
-    argv = flower_argv(config.broker_url, args.address, args.port, auth)
-    os.execv(argv[0], argv)
+    argv, env = flower_command(config.broker_url, args.address, args.port, auth)
+    os.execve(argv[0], argv, {**os.environ, **env})
     return 0  # pragma: no cover
 
 
@@ -363,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("worker", help="run a worker host bound to one tracker")
     w.add_argument("--tracker", required=True, help="HOST:PORT of this host's TVM RPC tracker")
-    w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL)")
+    w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL; "
+                                    "prefer it: a flag shows in `ps`)")
     w.add_argument("--redis", help="record store URL (default: the broker)")
     w.add_argument("--keys", help="device keys to serve (default: every key on the tracker)")
     w.add_argument("--concurrency", type=int, help="rounds at once (default: 2 when the phones are devices of their own, 1 when they are emulated on this host)")
@@ -382,6 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
     ph.add_argument("--key", default="cpu-local")
     ph.add_argument("--tracker", default="127.0.0.1:9190")
     ph.add_argument("--threads", type=int, default=1)
+    ph.add_argument("--host", default="127.0.0.1",
+                    help="address the phones listen on (default loopback: only a worker on "
+                         "this machine reaches them; 0.0.0.0 for every interface)")
+    ph.add_argument("--advertise",
+                    help="address the tracker gives workers to reach the phones (default "
+                         "--host; with 0.0.0.0, the address they reached the tracker from)")
     ph.add_argument("--log-dir", default="phones-logs")
     ph.add_argument("--arch", default="", choices=["", "arm64"],
                     help="arm64: aarch64 TVM under qemu user mode (set up once in "
@@ -424,10 +527,19 @@ def build_parser() -> argparse.ArgumentParser:
     wt.set_defaults(func=cmd_wait)
 
     c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
-                                     "export DIR, import DIR")
-    c.add_argument("action", choices=["ls", "show", "stats", "export", "import"])
-    c.add_argument("arg", nargs="?", help="workload key (show) or folder (export, import)")
+                                     "export DIR, import DIR, rm KEY[,KEY]|--source S, "
+                                     "verify [KEY,KEY]")
+    c.add_argument("action", choices=["ls", "show", "stats", "export", "import", "rm",
+                                      "verify"])
+    c.add_argument("arg", nargs="?", help="workload key (show; rm: comma-separated) or folder "
+                                          "(export, import)")
     c.add_argument("--device-key", help="only this device key (import: the key to file under)")
+    c.add_argument("--retarget", action="store_true",
+                   help="import: file records tuned for another target under the profile's")
+    c.add_argument("--source", help="rm: only the records from this job id, host or import "
+                                    "path (all workloads, or the keys given)")
+    c.add_argument("--tracker", help="verify: HOST:PORT of a tracker with phones of the key "
+                                     "(default: the embedded farm's emulated phones)")
     c.add_argument("--json", action="store_true")
     c.add_argument("--broker")
     c.set_defaults(func=cmd_cache)
@@ -436,9 +548,12 @@ def build_parser() -> argparse.ArgumentParser:
                                   "phones, worker (foreground; Ctrl-C stops all)")
     u.add_argument("--bind", default="127.0.0.1", help="address Redis and Flower bind to")
     u.add_argument("--redis-port", type=int, default=6379)
-    u.add_argument("--redis-password", default=None, help="default: $FARM_REDIS_PASSWORD")
+    u.add_argument("--redis-password", default=None,
+                   help="default: $FARM_REDIS_PASSWORD (prefer it: a flag shows in `ps`)")
     u.add_argument("--flower-port", type=int, default=5555)
-    u.add_argument("--flower-auth", default=None, help="user:password (default $FARM_FLOWER_AUTH)")
+    u.add_argument("--flower-auth", default=None,
+                   help="user:password (default $FARM_FLOWER_AUTH; prefer it: a flag shows in "
+                        "`ps`)")
     u.add_argument("--tracker-port", type=int, default=9190)
     u.add_argument("--phones", type=int, default=2)
     u.add_argument("--key", default="cpu-local")
@@ -447,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("flower", help="Flower on the farm's broker (rounds, progress, workers)")
     f.add_argument("--address", default="127.0.0.1")
     f.add_argument("--port", type=int, default=5555)
-    f.add_argument("--auth", help="user:password (default $FARM_FLOWER_AUTH)")
+    f.add_argument("--auth", help="user:password (default $FARM_FLOWER_AUTH; prefer it: a "
+                                  "flag shows in `ps`)")
     f.add_argument("--broker")
     f.set_defaults(func=cmd_flower)
 
@@ -456,6 +572,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--broker")
     d.set_defaults(func=cmd_devices)
     return p
+
+
+def _one_line(e: FarmError) -> str:
+    """The error as one line: an error quoting a multi-line message (TVM's) keeps its first
+    line and its hint; `--debug` shows it all."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return str(e)
+    hint = f" ({e.hint})" if e.hint and not lines[0].endswith(f"({e.hint})") else ""
+    return f"{lines[0]} [{len(lines) - 1} more lines with --debug]{hint}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     except FarmError as e:
         if args.debug:
             raise
-        print(f"farm: error: {e}", file=sys.stderr)
+        print(f"farm: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("farm: interrupted; stopped everything this command started", file=sys.stderr)

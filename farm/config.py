@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tomllib
 
@@ -59,26 +62,85 @@ class FarmConfig:
     def store_url(self) -> str | None:
         return self.redis_url or self.broker_url
 
-    def validate(self) -> FarmConfig:
+    def validate(self, sources: dict[str, str] | None = None) -> FarmConfig:
+        """Refuse a setting out of range, naming where it came from (`sources`: setting ->
+        the flag, FARM_* variable or farm.toml that set it; else "config")."""
+        def bad(name: str, what: str) -> UsageError:
+            where = (sources or {}).get(name, "config")
+            return UsageError(f"{name} {what}, got {getattr(self, name)!r}", subject=where,
+                              hint=_fix(where, name))
+
         for name in ("phones", "round_trials", "builder_workers", "builder_max_uses"):
             if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}",
-                                 subject="config")
+                raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
-            raise UsageError(f"worker_concurrency must be >= 0 (0: automatic), got "
-                             f"{self.worker_concurrency}", subject="config")
+            raise bad("worker_concurrency", "must be >= 0 (0: automatic)")
         if self.search_cores < 0:
-            raise UsageError(f"search_cores must be >= 0 (0: automatic), got "
-                             f"{self.search_cores}", subject="config")
+            raise bad("search_cores", "must be >= 0 (0: automatic)")
+        for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
+                     "round_timeout_s", "supervisor_interval_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise bad(name, "must be a finite number of seconds")
         if self.phone_delay_s < 0:
-            raise UsageError(f"phone_delay_s must be >= 0, got {self.phone_delay_s}",
-                             subject="config")
+            raise bad("phone_delay_s", "must be >= 0")
         for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
                      "supervisor_interval_s"):
             if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be > 0, got {getattr(self, name)}",
-                                 subject="config")
+                raise bad(name, "must be > 0")
+        for name in ("broker_url", "redis_url"):
+            url = getattr(self, name)
+            if url is not None and (why := url_problem(url)):
+                where = (sources or {}).get(name, "config")
+                raise UsageError(f"{name} {redact(url)!r} is not a Redis URL: {why}",
+                                 subject=where,
+                                 hint="e.g. redis://HOST:6379/0 or redis://:PASSWORD@HOST:6379/0"
+                                      + ("; unset it to use the embedded farm"
+                                         if where == "FARM_BROKER_URL" else ""))
+        if not self.device_key:
+            raise bad("device_key", "must be a device key such as cpu-local")
+        if not isinstance(self.redis_maxmemory, str) or not re.fullmatch(
+                r"\d+\s*([kmg]b?|b)?", self.redis_maxmemory.strip(), re.IGNORECASE):
+            raise bad("redis_maxmemory", "must be a Redis memory size such as 4gb or 512mb")
+        if self.home.exists() and not self.home.is_dir():
+            raise UsageError("FARM_HOME (the embedded farm's folder) is a file, not a folder",
+                             subject=str(self.home), hint=_fix((sources or {}).get(
+                                 "home", "config"), "home"))
         return self
+
+
+def _fix(where: str, name: str) -> str:
+    if where.startswith("FARM_"):
+        return f"fix or unset {where}"
+    if where.startswith("--"):
+        return f"fix {where}"
+    if where != "config":
+        return f"fix {name} in that file"
+    return f"see the README's Configuration section for {name}"
+
+
+def redact(url: str) -> str:
+    """A URL without its password, for messages."""
+    return re.sub(r"://([^@/]*)@", "://***@", url)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is no Redis URL redis-py and Celery can use, or None when it is one."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return ("the scheme must be redis://, rediss:// or unix://"
+                + (f", not {parts.scheme}://" if "://" in url else " (it has none)"))
+    if parts.scheme == "unix":
+        return None if parts.path else "a unix:// URL needs the socket's path"
+    if not parts.hostname:
+        return "it names no host"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is no number in range
+    except ValueError:
+        return "its port is not a number from 1 to 65535"
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        return f"the database after the host must be a number, not {db!r}"
+    return None
 
 
 _ENV = {
@@ -102,18 +164,48 @@ _ENV = {
 }
 
 
-def _coerce(name: str, value: Any) -> Any:
-    kinds = {f.name: f.type for f in fields(FarmConfig)}
-    kind = str(kinds[name])
-    try:
-        if name == "home":
-            return Path(os.path.expanduser(str(value)))
-        if "int" in kind and "float" not in kind:
-            return int(value)
-        if "float" in kind:
-            return float(value)
-    except ValueError as e:
-        raise UsageError(f"{name} = {value!r} is not a number", subject="config") from e
+_KINDS = {"int": int, "float": float}
+_FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency": "--concurrency"}
+
+
+def _kind(name: str) -> str:
+    """"int", "float", "path" or "str": what setting `name` holds."""
+    kind = str({f.name: f.type for f in fields(FarmConfig)}[name])
+    if name == "home":
+        return "path"
+    if "int" in kind and "float" not in kind:
+        return "int"
+    return "float" if "float" in kind else "str"
+
+
+def _coerce(name: str, value: Any, where: str = "config", typed: bool = False) -> Any:
+    """`value` of setting `name` as its type, or a UsageError naming `where` it came from.
+    Text (an environment variable, a flag) is parsed; a `typed` value (farm.toml) must
+    already be of the type: `phones = "4"` is refused. Numbers are finite and never bools."""
+    kind = _kind(name)
+    if kind in _KINDS:
+        if isinstance(value, str) and not typed:
+            try:
+                value = _KINDS[kind](value.strip())
+            except ValueError as e:
+                raise UsageError(f"{name} must be {'a whole' if kind == 'int' else 'a'} number, "
+                                 f"got {value!r}", subject=where, hint=_fix(where, name)) from e
+        elif isinstance(value, bool) or not isinstance(value, (int, float) if kind == "float"
+                                                       else int):
+            raise UsageError(f"{name} must be {'a whole' if kind == 'int' else 'a'} number, got "
+                             f"{value!r} ({type(value).__name__})", subject=where,
+                             hint=_fix(where, name))
+        if kind == "float":
+            value = float(value)
+            if not math.isfinite(value):
+                raise UsageError(f"{name} must be a finite number, got {value!r}", subject=where,
+                                 hint=_fix(where, name))
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"{name} must be a string, got {value!r} ({type(value).__name__})",
+                         subject=where, hint=_fix(where, name))
+    if kind == "path":
+        return Path(os.path.expanduser(str(value)))
     return value if value != "" else None
 
 
@@ -128,22 +220,47 @@ def load_config(
     """
     env = dict(os.environ) if env is None else env
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     path = config_file or env.get("FARM_CONFIG") or ("farm.toml" if Path("farm.toml").exists() else None)
     if path:
         try:
             data = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise UsageError(f"cannot read config file: {e}", subject=str(path)) from e
-        farm = data.get("farm", {})
-        unknown = set(farm) - {f.name for f in fields(FarmConfig)}
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"cannot read config file: {e}", subject=str(path),
+                             hint="fix it, or point FARM_CONFIG (or --config) at another file"
+                             ) from e
+        unknown = set(data) - {"farm", "profiles"}
         if unknown:
-            raise UsageError(f"unknown settings {sorted(unknown)}", subject=str(path))
-        values.update({k: _coerce(k, v) for k, v in farm.items() if k != "profiles"})
-        values["profiles"] = data.get("profiles", {})
+            raise UsageError(f"unknown top-level entries {sorted(unknown)}", subject=str(path),
+                             hint="a farm.toml has [farm] settings and [profiles.KEY] tables")
+        farm = data.get("farm", {})
+        if not isinstance(farm, dict):
+            raise UsageError("farm must be a table ([farm])", subject=str(path))
+        unknown = (set(farm) - {f.name for f in fields(FarmConfig)}) | ({"profiles"} & set(farm))
+        if unknown:
+            raise UsageError(f"unknown settings {sorted(unknown)} in [farm]", subject=str(path),
+                             hint="the settings are listed in the README's Configuration "
+                                  "section; profiles are [profiles.KEY] tables")
+        for k, v in farm.items():
+            sources[k] = f"{path} [farm] {k}"
+            values[k] = _coerce(k, v, sources[k], typed=True)
+        from farm.profiles import check_overrides
+
+        values["profiles"] = check_overrides(data.get("profiles", {}), str(path))
+    from farm.secrets import SECRET_VARS, secret
+
     for name, var in _ENV.items():
-        if env.get(var, "") != "":
-            values[name] = _coerce(name, env[var])
+        if var in SECRET_VARS and not env.get(var) and env.get(f"{var}_FILE"):
+            sources[name] = f"{var}_FILE"
+            values[name] = _coerce(name, secret(var, env), sources[name])
+        elif env.get(var, "") != "":
+            sources[name] = var
+            values[name] = _coerce(name, env[var], var)
     for name, value in (flags or {}).items():
         if value is not None:
-            values[name] = _coerce(name, value)
-    return FarmConfig(**values).validate()
+            sources[name] = _FLAGS.get(name, "--" + name.replace("_", "-"))
+            values[name] = _coerce(name, value, sources[name])
+    from farm import keys
+
+    keys.host_ttl_s(env)  # FARM_HOST_TTL_S: refused here, at start-up, when it is no number
+    return FarmConfig(**values).validate(sources)

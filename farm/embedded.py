@@ -99,8 +99,9 @@ def _holder(home: Path) -> dict[str, Any]:
 
 
 def _try_lock(home: Path, purpose: str) -> IO[str] | None:
-    """FARM_HOME's lock, taken for `purpose` ("farm" or "store"), or None when it is held."""
-    home.mkdir(parents=True, exist_ok=True)
+    """FARM_HOME's lock, taken for `purpose` ("farm" or "store"), or None when it is held.
+    FARM_HOME is this user's only (0700): it holds the store and the Redis password."""
+    services.private_dir(home)
     lock = open(home / "embedded.lock", "a+")  # noqa: SIM115 - held for the holder's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -164,6 +165,14 @@ def running_farm_url(home: Path) -> str | None:
     return info.get("broker_url") if psutil.pid_exists(int(info.get("pid", -1))) else None
 
 
+def new_password() -> str:
+    """The embedded Redis's password: new at every start (processes of this user on this
+    machine get it from running.json or their environment; nobody else reaches the store)."""
+    import secrets
+
+    return secrets.token_hex(16)
+
+
 @contextlib.contextmanager
 def embedded_store_url(config: FarmConfig) -> Iterator[str]:
     """The embedded farm's Redis (for `farm cache`, `farm status` without a lab farm): the
@@ -185,7 +194,7 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
     with _home_lock(home, lock) as log_dir:
         group = services.ServiceGroup(pid_file=log_dir / "pids")
         try:
-            svc, url = services.start_redis(home / "redis", log_dir)
+            svc, url = services.start_redis(home / "redis", log_dir, password=new_password())
             group.add(svc)
             yield url
         finally:
@@ -206,11 +215,11 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     with contextlib.ExitStack() as stack:
         stack.callback(group.stop)
-        redis_svc, url = services.start_redis(home / "redis", log_dir,
+        redis_svc, url = services.start_redis(home / "redis", log_dir, password=new_password(),
                                               maxmemory=config.redis_maxmemory)
         group.add(redis_svc)
         running = home / "running.json"  # `farm status` elsewhere reads this farm's store
-        running.write_text(json.dumps({"pid": os.getpid(), "broker_url": url}))
+        services.write_private(running, json.dumps({"pid": os.getpid(), "broker_url": url}))
         stack.callback(running.unlink, missing_ok=True)
         tracker_svc, tracker = services.start_tracker(log_dir)
         group.add(tracker_svc)

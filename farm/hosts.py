@@ -24,8 +24,10 @@ class HostBeat(_Message):
     beat_at: float = 0.0
 
 
-def publish(redis_client: Any, beat: HostBeat, ttl_s: int = keys.HOST_TTL_S) -> None:
-    redis_client.set(keys.host(beat.name), beat.dumps(), ex=ttl_s)
+def publish(redis_client: Any, beat: HostBeat, ttl_s: int | None = None) -> None:
+    """The host's heartbeat, expiring after `ttl_s` (default FARM_HOST_TTL_S, read now)."""
+    redis_client.set(keys.host(beat.name), beat.dumps(),
+                     ex=ttl_s if ttl_s is not None else keys.HOST_TTL_S)
 
 
 def remove(redis_client: Any, name: str) -> None:

@@ -11,6 +11,8 @@ The only module that imports torch. Formats:
 from __future__ import annotations
 
 import logging
+import math
+import re
 import statistics
 import time
 import zipfile
@@ -41,14 +43,23 @@ class ModelBundle:
     torch_threads: int
 
 
+# inputs are made here (random, seeded) and fed to torch and to the compiled model; a shape
+# beyond this is a typo (1,3,100000,100000 is 112 GiB as float32), refused before allocating
+MAX_INPUT_BYTES = 1 << 30
+
+
 def parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
-    """'1,3,224,224' or '1,3,224,224;1,10' (one shape per input) -> shapes."""
-    if text is None or text.strip() == "":
+    """'1,3,224,224' or '1,3,224,224;1,10' (one shape per input) -> shapes; None: not given."""
+    if text is None:
         return None
+    if text.strip() == "":
+        raise UsageError("--input-shape is empty",
+                         hint="e.g. --input-shape 1,3,224,224 (';' between inputs), or leave it "
+                              "out for a .pt2")
     shapes = []
     for part in text.replace(" ", "").split(";"):
-        try:
-            dims = tuple(int(d) for d in part.lower().replace("x", ",").split(",") if d != "")
+        try:  # every dim an integer: "1,x,3" and "1,,3" are typos, not the shape 1,3
+            dims = tuple(int(d) for d in re.split(r"[,x]", part.lower()))
         except ValueError as e:
             raise UsageError(f"bad --input-shape {text!r}: dims must be integers",
                              hint="e.g. --input-shape 1,3,224,224 (';' between inputs)") from e
@@ -57,6 +68,36 @@ def parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
                              hint="e.g. --input-shape 1,3,224,224")
         shapes.append(dims)
     return shapes
+
+
+def check_inputs(shapes: list[tuple[int, ...]] | None, dtype: str) -> None:
+    """Refuse an unknown dtype, or inputs too large to make (before any is allocated)."""
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown --dtype {dtype!r}", hint=f"one of {', '.join(DTYPES)}")
+    if shapes is None:
+        return
+    nbytes = sum(math.prod(s) for s in shapes) * np.dtype(dtype).itemsize
+    if nbytes > MAX_INPUT_BYTES:
+        shown = "; ".join(",".join(map(str, s)) for s in shapes)
+        raise UsageError(f"--input-shape {shown} makes {nbytes / 2**30:,.1f} GiB of {dtype} "
+                         f"inputs; the limit is {MAX_INPUT_BYTES / 2**30:.0f} GiB",
+                         hint="tune at the shape the model is deployed with")
+
+
+def check_model(path: Path, shapes: list[tuple[int, ...]] | None, allow_pickle: bool) -> str:
+    """What can be said of the model file without torch (it is never unpickled here):
+    it is a torch file, and the flags its format needs are given. Returns the format."""
+    fmt = sniff_format(path)
+    if fmt != "torch.export" and shapes is None:
+        raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
+                         subject=str(path))
+    if fmt == "pickle" and not allow_pickle:
+        raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
+    return fmt
+
+
+PICKLE_REFUSED = "this is a pickled nn.Module; loading it runs code from the file"
+PICKLE_HINT = "pass --allow-pickle if you trust it, or submit a torch.export .pt2"
 
 
 def sniff_format(path: Path) -> str:
@@ -115,8 +156,7 @@ def load(
 ) -> ModelBundle:
     """Read a model file, run it in torch, export it, and import it into TVM Relax."""
     path = Path(path)
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown --dtype {dtype!r}", hint=f"one of {', '.join(DTYPES)}")
+    check_inputs(input_shapes, dtype)
     fmt = sniff_format(path)
     try:
         import torch
@@ -217,9 +257,7 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
 
     # a pickled nn.Module
     if not allow_pickle:
-        raise UsageError("this is a pickled nn.Module; loading it runs code from the file",
-                         subject=str(path),
-                         hint="pass --allow-pickle if you trust it, or submit a torch.export .pt2")
+        raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
     try:
         model = torch.load(str(path), map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001

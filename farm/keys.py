@@ -6,6 +6,10 @@ Records never expire; job state is kept for `JOB_TTL_S` after the job ends.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
+
+from farm.errors import UsageError
 
 PREFIX = "tunefarm"
 JOB_TTL_S = 30 * 24 * 3600
@@ -34,6 +38,12 @@ def best(wk: str) -> str:
 def device_lost(wk: str) -> str:
     """Hash: candidate hash -> phones lost while measuring it (culprit detection)."""
     return key_for("wl", wk, "lost")
+
+
+def unverified(wk: str) -> str:
+    """Set: candidates whose stored record is imported and not yet measured by a phone of the
+    farm (never the best; the first rounds of the workload measure the best of them)."""
+    return key_for("wl", wk, "unverified")
 
 
 def workload_index() -> str:
@@ -118,8 +128,34 @@ def jobs_index() -> str:
 
 
 # --- worker hosts ------------------------------------------------------------
-# a host whose heartbeat is older than this has left the farm
-HOST_TTL_S = int(os.environ.get("FARM_HOST_TTL_S", "30"))
+DEFAULT_HOST_TTL_S = 30
+
+
+def host_ttl_s(env: Mapping[str, str] | None = None) -> int:
+    """FARM_HOST_TTL_S (default 30): a host whose heartbeat is older than this many seconds
+    has left the farm, and a running round's lease expires this long after its process died.
+    Read when asked (as `HOST_TTL_S`), never at import: a bad value is a clear UsageError
+    where the config is loaded, not a crash of every `import farm.keys`."""
+    text = (os.environ if env is None else env).get("FARM_HOST_TTL_S", "").strip()
+    if text == "":
+        return DEFAULT_HOST_TTL_S
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"must be a whole number of seconds >= 1, got {text!r}",
+                         subject="FARM_HOST_TTL_S",
+                         hint=f"set it to a whole number of seconds, e.g. {DEFAULT_HOST_TTL_S}, "
+                              "or unset it for the default")
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    """`keys.HOST_TTL_S`: FARM_HOST_TTL_S as it is now (see `host_ttl_s`)."""
+    if name == "HOST_TTL_S":
+        return host_ttl_s()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def host(name: str) -> str:

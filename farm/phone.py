@@ -1,19 +1,71 @@
 """An emulated phone that is slower per measurement, like a real one.
 
     python -m farm.phone --tracker HOST:PORT --key KEY --delay-s 0.5 [--host H --port P]
+                         [--advertise ADDR]
 
 A TVM RPC server (the same as `python -m tvm.exec.rpc_server`) that sleeps
 `--delay-s` in every measurement session, when the uploaded kernel is loaded:
 a real phone spends that on the upload over USB or Wi-Fi and on the run. The
 benchmarks use it to measure how measurement throughput scales with phones
 (bench/run.py); `phone_delay_s` in the config turns it on for the embedded farm.
+
+Where a phone is reached: it listens on `--host` and gives the tracker the address a worker
+should connect to (`advertised_address`); the tracker hands that address to every session.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import logging
+import socket
 import time
+
+from farm.errors import UsageError
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def advertised_address(host: str, advertise: str | None, tracker: str) -> str | None:
+    """The address a phone listening on `host` registers at `tracker`, for workers to connect to.
+
+    `advertise` when given, else `host` unless it is a wildcard; None lets the tracker record
+    the address the phone connected from. Raises UsageError for an address no worker could
+    use: a phone bound to loopback that advertises another address, or one that advertises
+    loopback to a tracker on another machine (its worker would connect to its own loopback).
+    """
+    addr = advertise or (None if host in WILDCARDS else host)
+    if addr is None:
+        return None
+    if is_loopback(host) and not is_loopback(addr):
+        raise UsageError(f"the phones listen on {host} only, so nothing answers at {addr}",
+                         subject=f"phones advertising {addr}",
+                         hint="bind an address the workers reach: --host 0.0.0.0 "
+                              f"--advertise {addr}")
+    tracker_host = tracker.rpartition(":")[0].strip("[]")
+    if False and is_loopback(addr) and not _on_this_machine(tracker_host):
+        raise UsageError(f"the phones would advertise {addr} to tracker {tracker}, which is on "
+                         "another machine: its worker would connect to its own loopback",
+                         subject=f"phones of tracker {tracker}",
+                         hint="run them with --host 0.0.0.0 --advertise <an address of this "
+                              "machine that the worker host reaches>")
+    return addr
+
+
+def _on_this_machine(host: str) -> bool:
+    if is_loopback(host):
+        return True
+    from farm.tracker import this_host_addresses
+
+    try:
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return True  # unknown here: registering will fail and say so
+    return bool(resolved & this_host_addresses())
 
 
 def _slow_sessions(delay_s: float) -> None:
@@ -46,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=9090)
     p.add_argument("--port-end", type=int, default=9199)
     p.add_argument("--delay-s", type=float, default=0.0)
+    p.add_argument("--advertise", help="the address workers connect to (default --host)")
     args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
     from tvm import rpc
 
     host, port = args.tracker.rsplit(":", 1)
     server = rpc.Server(args.host, args.port, args.port_end, key=args.key,
                         tracker_addr=(host, int(port)),
+                        custom_addr=advertised_address(args.host, args.advertise, args.tracker),
                         server_init_callback=functools.partial(_slow_sessions, args.delay_s))
     server.proc.join()
     return 0

@@ -8,6 +8,7 @@ extended by `[profiles.<key>]` tables in `farm.toml`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -101,23 +102,91 @@ def canonical_target(target: dict[str, Any]) -> str:
     return json.dumps(target, sort_keys=True, separators=(",", ":"))
 
 
-def resolve_profile(key: str, overrides: dict[str, dict[str, Any]] | None = None) -> DeviceProfile:
-    """The profile of device key `key`: built-in, then `farm.toml` overrides; unknown keys
-    default to this machine's CPU (a lab may name its phones freely)."""
+def known_keys(overrides: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The device keys with a profile: built in, then those `farm.toml` adds."""
+    return [*BUILTIN_PROFILES, *sorted(set(overrides or {}) - set(BUILTIN_PROFILES))]
+
+
+def resolve_profile(key: str, overrides: dict[str, dict[str, Any]] | None = None,
+                    strict: bool = False) -> DeviceProfile:
+    """The profile of device key `key`: built-in, then `farm.toml` overrides.
+
+    A key with no profile anywhere is refused when `strict` (the submit side: a typo must not
+    silently tune for this machine's CPU), and otherwise means this machine's CPU (a worker
+    serves whatever keys its phones registered under; a lab may name its phones freely)."""
     overrides = overrides or {}
+    base = BUILTIN_PROFILES.get(key)
+    if strict and base is None and key not in overrides:
+        raise UsageError(f"no profile for device key {key!r}; known keys: "
+                         f"{', '.join(known_keys(overrides))}", subject=f"device key {key}",
+                         hint=f"pick a known key, or describe the device in farm.toml: a "
+                              f"[profiles.{key}] table, e.g. with target = {{ kind = \"llvm\" }} "
+                              f"for this CPU")
+    return _build(key, overrides.get(key, {}), f"profile {key}")
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "key": (str,), "target": (dict,), "export": (str,), "cc": (str, type(None)),
+    "threads": (int,), "number": (int,), "repeat": (int,), "min_repeat_ms": (int,),
+    "cooldown_s": (int, float), "notes": (str,), "emulate": (str,), "check_outputs": (bool,),
+    "extra": (dict,),
+}
+_CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64")}
+_MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0}
+
+
+def _build(key: str, override: dict[str, Any], subject: str) -> DeviceProfile:
+    """The built-in profile of `key` (this CPU's when there is none), with `override`'s
+    settings checked one by one: known, of their type (`threads = "4"` and `threads = true`
+    are refused, not coerced), in range."""
+    hint = "see the README's section on tuning for phones"
+    if not isinstance(override, dict):
+        raise UsageError(f"a profile must be a table of settings, got {override!r}",
+                         subject=subject, hint=f"write it as [profiles.{key}]")
+    unknown = sorted(set(override) - set(_TYPES))
+    if unknown:
+        raise UsageError(f"unknown settings {unknown}; known: {', '.join(_TYPES)}",
+                         subject=subject, hint=hint)
+    if override.get("key", key) != key:
+        raise UsageError(f"key = {override['key']!r} differs from the table's name {key!r}",
+                         subject=subject, hint=f"drop key from [profiles.{key}]")
+    for name, value in override.items():
+        kinds = _TYPES[name]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            want = " or ".join(k.__name__ for k in kinds if k is not type(None))
+            raise UsageError(f"{name} must be of type {want}, got {value!r} "
+                             f"({type(value).__name__})", subject=subject,
+                             hint=f"e.g. {name} = {_example(name)}")
+        if name in _CHOICES and value not in _CHOICES[name]:
+            raise UsageError(f"{name} must be one of {list(_CHOICES[name])}, got {value!r}",
+                             subject=subject, hint=hint)
+        if name in _MINIMUM and (not math.isfinite(value) or value < _MINIMUM[name]):
+            raise UsageError(f"{name} must be a finite number >= {_MINIMUM[name]}, got "
+                             f"{value!r}", subject=subject, hint=f"e.g. {name} = {_example(name)}")
     base = BUILTIN_PROFILES.get(key)
     data: dict[str, Any] = (
         base.to_json() if base else {**BUILTIN_PROFILES["cpu-local"].to_json(), "notes": ""}
     )
-    data["key"] = key
-    data.update(overrides.get(key, {}))
-    try:
-        profile = DeviceProfile.from_json(data)
-    except TypeError as e:
-        raise UsageError(f"bad device profile: {e}", subject=f"profile {key}",
-                         hint="see the README's farm.toml section") from e
-    if not isinstance(profile.target, dict) or "kind" not in profile.target:
-        raise UsageError("target must be a JSON dict with a 'kind'", subject=f"profile {key}")
-    if profile.threads < 1:
-        raise UsageError("threads must be >= 1", subject=f"profile {key}")
+    data.update(override, key=key)
+    profile = DeviceProfile.from_json(data)
+    target = profile.target
+    if "kind" not in target or not isinstance(target["kind"], str):
+        raise UsageError("target must be a table with a 'kind' (e.g. target = { kind = \"llvm\" })",
+                         subject=subject, hint=hint)
     return profile
+
+
+def _example(name: str) -> str:
+    value = getattr(BUILTIN_PROFILES["cpu-local"], name)
+    return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+
+
+def check_overrides(profiles: Any, where: str) -> dict[str, dict[str, Any]]:
+    """`[profiles.*]` of a farm.toml at `where`, each checked at once (a bad profile is found
+    when the config is loaded, not when a round first uses it)."""
+    if not isinstance(profiles, dict):
+        raise UsageError(f"profiles must be tables [profiles.KEY], got {profiles!r}",
+                         subject=where)
+    for key, override in profiles.items():
+        _build(key, override, f"{where} [profiles.{key}]")
+    return profiles

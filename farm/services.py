@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 
 
+def is_loopback(address: str) -> bool:
+    """Is this bind address reachable from this machine only (127.0.0.0/8, ::1, localhost)?"""
+    import ipaddress
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -138,18 +150,38 @@ REDIS_DURABLE = ["--appendonly", "yes", "--appendfsync", "always", "--save", "",
                  "--maxmemory-policy", "noeviction"]
 
 
+def private_dir(path: Path) -> Path:
+    """Create `path` (and parents) readable by this user only (0700), or tighten it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write a file only this user can read (0600) without a moment of wider access."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(text)
+    return path
+
+
 def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
                 host: str = LOOPBACK, password: str | None = None,
                 maxmemory: str = "4gb") -> tuple[Service, str]:
     """A Redis with AOF in `data_dir` (the store survives restarts and crashes). Returns
-    (service, url)."""
+    (service, url). The password goes into a 0600 config file in `data_dir` (0700), never
+    on the command line, where anyone on the host would see it in `ps`."""
     port = port or free_port(host)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    argv = [redis_binary(), "--port", str(port), "--bind", host, "--dir", str(data_dir),
-            *REDIS_DURABLE, "--maxmemory", maxmemory,
-            "--daemonize", "no", "--protected-mode", "yes"]
+    private_dir(data_dir)
+    argv = [redis_binary()]
     if password:
-        argv += ["--requirepass", password]
+        conf = write_private(data_dir / "farm-redis.conf", f'requirepass "{password}"\n')
+        argv.append(str(conf))  # the config file must come first
+    argv += ["--port", str(port), "--bind", host, "--dir", str(data_dir),
+             *REDIS_DURABLE, "--maxmemory", maxmemory,
+             "--daemonize", "no", "--protected-mode", "yes"]
     svc = start("redis", argv, log_dir)
     wait_port(host, port, 20, svc)
     auth = f":{password}@" if password else ""
@@ -166,10 +198,15 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
                 host: str = LOOPBACK, arch: str = "", home: Path | None = None,
-                delay_s: float = 0.0) -> Service:
-    """An emulated phone: a real TVM RPC server on loopback, registered under `key`. With
+                delay_s: float = 0.0, advertise: str | None = None) -> Service:
+    """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
+    under `key` with the address workers connect to: `advertise`, else `host` (see
+    farm.phone.advertised_address; raises UsageError for one no worker could reach). With
     arch "arm64" it runs aarch64 TVM under qemu (farm/arm64sim.py; set up once in `home`).
     With `delay_s`, every measurement session takes that much longer (farm/phone.py)."""
+    from farm.phone import advertised_address
+
+    addr = advertised_address(host, advertise, tracker)
     port = free_port(host)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
@@ -188,17 +225,22 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
         return start(f"phone-{key}-{index}",
                      [*python, "-m", "farm.phone", "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                      "--delay-s", str(delay_s)], log_dir, env)
+                      "--delay-s", str(delay_s), *(["--advertise", addr] if addr else [])],
+                     log_dir, env)
     return start(f"phone-{key}-{index}",
                  [*python, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
-                  "--host", host, "--port", str(port), "--port-end", str(port + 1)],
+                  "--host", host, "--port", str(port), "--port-end", str(port + 1),
+                  *(["--custom-addr", addr] if addr else [])],
                  log_dir, env)
 
 
 def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "worker",
                  extra: list[str] | None = None, env: dict[str, str] | None = None) -> Service:
+    """`farm worker` on `tracker`; the broker URL (with its password) goes in its
+    environment, not on its command line."""
     return start(name, [sys.executable, "-m", "farm.cli", "worker", "--tracker", tracker,
-                        "--broker", broker_url, *(extra or [])], log_dir, env)
+                        *(extra or [])], log_dir,
+                 {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import os
 import shutil
 import socket
 import tempfile
@@ -30,7 +32,7 @@ from farm.config import FarmConfig
 from farm.dispatch import make_app, send_round
 from farm.errors import ServiceError, StoreError, TuneError, UsageError
 from farm.messages import PRIORITIES, JobSpec, RoundRequest
-from farm.profiles import resolve_profile
+from farm.profiles import canonical_target, known_keys, resolve_profile
 from farm.store import RecordStore, TaskState, open_store
 from farm.store.store import MEASURE_COUNTERS, total_counts
 
@@ -106,6 +108,97 @@ def check_out_dir(out: Path, force: bool) -> None:
     if out.exists() and any(out.iterdir()) and not force:
         raise UsageError("--out exists and is not empty", subject=str(out),
                          hint="choose another --out or pass --force to replace it")
+
+
+def check_out_writable(out: Path, keep: list[Path]) -> None:
+    """The results are staged beside --out and moved in at the end (`complete`): the folder
+    that will hold --out, or the nearest one that exists (the rest is made then), must be a
+    folder this process can write in, and --out (replaced at the end) must hold none of
+    `keep` (the model, FARM_HOME). Checked now, not after hours of tuning."""
+    target = out.resolve()
+    for path in keep:
+        if path.resolve() == target or target in path.resolve().parents:
+            raise UsageError(f"--out would replace {path}", subject=str(out),
+                             hint="choose a results folder of its own")
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out cannot be made: {parent} is a file, not a folder",
+                         subject=str(out), hint="choose an --out under a folder")
+    try:  # a real attempt: permission bits do not tell root, read-only mounts or /proc
+        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name or 'out'}.probe-", dir=parent))
+    except OSError as e:
+        raise UsageError(f"--out cannot be written: {parent}: {e.strerror or e}",
+                         subject=str(out), hint="choose an --out in a folder you can write") from e
+
+
+def check_tracker(addr: str, device_key: str, wait_s: float) -> None:
+    """--tracker (where the compiled model runs, on a phone of the key) is HOST:PORT, a TVM RPC
+    tracker answers there, and (unless waiting for devices) it has a phone of the key: found
+    now, not at the compile step after the whole tuning."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError("--tracker must be HOST:PORT", subject=f"tracker {addr}",
+                         hint="e.g. --tracker 192.168.1.10:9190 (the worker host's tracker)")
+    from farm import tracker
+
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(10.0)  # TVM's tracker client waits forever on a silent peer
+    try:
+        found = tracker.phones(addr)  # a ServiceError naming the tracker when none answers
+    finally:
+        socket.setdefaulttimeout(before)
+    have = found.get(device_key)
+    if wait_s == 0 and (have is None or have.total == 0):
+        raise ServiceError(f"no phone of key {device_key!r} is registered at this tracker "
+                           f"(keys there: {', '.join(sorted(found)) or 'none'})",
+                           subject=f"tracker {addr}",
+                           hint="the compiled model runs on a phone of the key there: pass the "
+                                "tracker of a worker host with such phones, or "
+                                "--wait-for-devices SECONDS")
+
+
+def preflight(opts: SubmitOptions, config: FarmConfig,
+              report: Callable[[str], None]) -> None:
+    """Every check bad input can fail, before a service starts or a byte is written: the
+    flags, the model file (never unpickled here), --out, the device key, --tracker, and a lab
+    farm's store and phones. Cheap checks first; TVM is imported only for a --tracker."""
+    check_options(opts)
+    shapes = ingest_stage.parse_shapes(opts.input_shape)
+    ingest_stage.check_inputs(shapes, opts.dtype)
+    check_out_dir(opts.out, opts.force)
+    check_out_writable(opts.out, [opts.model, Path(config.home)])
+    ingest_stage.check_model(opts.model, shapes, opts.allow_pickle)
+    lab = bool(config.broker_url)
+    # the embedded farm emulates phones of any key it is told, so a mistyped key would tune
+    # for this CPU: refused. A lab farm's hosts say which keys exist (checked below).
+    profile = resolve_profile(config.device_key, config.profiles, strict=not lab)
+    if not lab:
+        check_embedded(profile)
+        if not opts.wait:
+            raise UsageError("--no-wait needs a farm that goes on without this command; the "
+                             "embedded farm stops with it", subject="--no-wait",
+                             hint="set FARM_BROKER_URL to a lab farm (`farm up` starts one), "
+                                  "or drop --no-wait")
+        if opts.tracker:
+            raise UsageError("--tracker is for a lab farm; the embedded farm runs the compiled "
+                             "model on its own emulated phones", subject=f"tracker {opts.tracker}",
+                             hint="drop --tracker, or set FARM_BROKER_URL")
+        return
+    if opts.tracker:
+        check_tracker(opts.tracker, profile.key, opts.wait_for_devices_s)
+    store = open_store(config.store_url)
+    try:
+        store.ping()
+        if opts.wait_for_devices_s == 0:
+            wait_for_devices(store, profile.key, 0)
+    finally:
+        store.close()
+    if profile.key not in known_keys(config.profiles):
+        report(f"device key {profile.key} has no profile here: tuning for target "
+               f"{canonical_target(profile.target)} (describe the device in farm.toml as "
+               f"[profiles.{profile.key}] if that is not what it is)")
 
 
 @contextlib.contextmanager
@@ -201,10 +294,20 @@ def check_same_tasks(job: JobSpec, prep: Prepared, model: Path) -> None:
 
 
 def check_options(opts: SubmitOptions) -> None:
-    if opts.trials_per_task < 1:
-        raise UsageError(f"--trials-per-task must be >= 1, got {opts.trials_per_task}")
-    if opts.trials_budget < 0 or opts.early_stop_rounds < 0:
-        raise UsageError("--trials and --early-stop must be >= 0")
+    """The job's numbers: whole trials, finite seconds, each in range."""
+    for flag, value, least, example in (
+            ("--trials-per-task", opts.trials_per_task, 1, "e.g. --trials-per-task 32"),
+            ("--trials", opts.trials_budget, 0, "e.g. --trials 500, or leave it out"),
+            ("--early-stop", opts.early_stop_rounds, 0, "e.g. --early-stop 3, or leave it out")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"must be a whole number >= {least}, got {value!r}", subject=flag,
+                             hint=example)
+    for flag, secs, positive in (("--timeout", opts.timeout_s, True),
+                                 ("--wait-for-devices", opts.wait_for_devices_s, False)):
+        if secs is not None and (not math.isfinite(secs) or secs < 0 or positive and secs == 0):
+            raise UsageError(f"must be a finite number of seconds {'> 0' if positive else '>= 0'}"
+                             f", got {secs!r}", subject=flag,
+                             hint=f"e.g. {flag} 3600, or leave it out")
     if opts.priority not in PRIORITIES:
         raise UsageError(f"--priority must be one of {', '.join(PRIORITIES)}, "
                          f"got {opts.priority!r}")
@@ -215,20 +318,15 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
     """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
     summary (also written to <out>/summary.json)."""
     t0 = time.monotonic()
-    check_options(opts)
-    check_out_dir(opts.out, opts.force)
-    # a lab farm: read the model before touching the farm. The embedded farm starts first, so
+    preflight(opts, config, report)  # bad input fails here: nothing started, nothing written
+    # a lab farm: read the model before dispatching. The embedded farm starts first, so
     # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
     prep = prepare(opts, config, report) if config.broker_url else None
-    if prep is None:
-        ingest_stage.sniff_format(Path(opts.model))  # a missing or unknown file fails first
     with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
         if prep is None:
             prep = prepare(opts, config, report)
         job = dispatch_job(farm, opts, config, prep, report, resume)
-        if not opts.wait:
-            if farm.embedded:
-                raise UsageError("--no-wait needs a running farm (set FARM_BROKER_URL)")
+        if not opts.wait:  # a lab farm (preflight refuses --no-wait on an embedded one)
             return {"job_id": job.job_id, "state": "submitted"}
         try:
             return complete(farm, job, prep, opts, config, report, t0)
@@ -380,6 +478,7 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
         farm.tracker = opts.tracker
         if opts.model.is_file():
             check_out_dir(opts.out, opts.force)
+            check_out_writable(opts.out, [opts.model, Path(config.home)])
             prep = prepare(opts, replace(config, device_key=job.device_key), report)
             check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, opts, config, report, t0)

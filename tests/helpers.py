@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -105,3 +106,104 @@ def png_pixels(png: Path) -> list[tuple[int, int, int]]:
         out.extend(tuple(line[i:i + 3]) for i in range(0, stride, bpp))
         prev = line
     return out
+
+
+def run_farm_in(argv_prefix: list[str], args: list[str], home: Path, timeout_s: float = 1200,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`run_farm` under a command prefix (e.g. `Netns.argv`: the farm in a network namespace)."""
+    full_env = {**os.environ, "FARM_HOME": str(home), **(env or {})}
+    if "FARM_BROKER_URL" not in (env or {}):
+        full_env.pop("FARM_BROKER_URL", None)
+    return subprocess.run([*argv_prefix, sys.executable, "-m", "farm.cli", *args],
+                          capture_output=True, text=True, timeout=timeout_s, env=full_env)
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+
+
+def netns_unavailable(prefix: str) -> str | None:
+    """Why this machine cannot make network namespaces (a real attempt), or None when it can."""
+    import shutil
+
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2) on PATH"
+    probe = f"{prefix}probe"
+    made = _ip("netns", "add", probe)
+    if made.returncode != 0:
+        return f"`ip netns add` failed: {made.stderr.strip()}"
+    up = _ip("-n", probe, "link", "set", "lo", "up")
+    _ip("netns", "delete", probe)
+    return None if up.returncode == 0 else f"no loopback in a new namespace: {up.stderr.strip()}"
+
+
+class Netns:
+    """Network namespaces a test makes for itself (as root), named `<prefix><name>`, joined by
+    veth pairs made directly inside them: nothing touches the host's own interfaces or routes.
+    `close` ends every process still in them (by PID) and deletes them."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.names: list[str] = []
+
+    def _run(self, *args: str) -> None:
+        proc = _ip(*args)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+    def add(self, name: str) -> str:
+        full = f"{self.prefix}{name}"
+        self._run("netns", "add", full)
+        self.names.append(full)
+        self._run("-n", full, "link", "set", "lo", "up")
+        return full
+
+    def link(self, a: str, addr_a: str, b: str, addr_b: str) -> None:
+        """A veth pair between namespaces a and b ("to-<b>" in a, "to-<a>" in b), with the
+        addresses (CIDR) given, both ends up."""
+        na, nb = f"{self.prefix}{a}", f"{self.prefix}{b}"
+        self._run("link", "add", f"to-{b}", "netns", na, "type", "veth",
+                  "peer", "name", f"to-{a}", "netns", nb)
+        for ns, dev, addr in ((na, f"to-{b}", addr_a), (nb, f"to-{a}", addr_b)):
+            self._run("-n", ns, "addr", "add", addr, "dev", dev)
+            self._run("-n", ns, "link", "set", dev, "up")
+
+    def hosts(self, name: str, entries: dict[str, str]) -> None:
+        """Names (name -> address) that commands run in namespace `name` resolve: `ip netns
+        exec` mounts /etc/netns/<namespace>/hosts over /etc/hosts for them alone."""
+        folder = Path("/etc/netns") / f"{self.prefix}{name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", "::1 localhost"]
+        lines += [f"{addr} {host}" for host, addr in entries.items()]
+        (folder / "hosts").write_text("\n".join(lines) + "\n")
+
+    def argv(self, name: str) -> list[str]:
+        """The prefix that runs a command inside namespace `name`."""
+        return ["ip", "netns", "exec", f"{self.prefix}{name}"]
+
+    def pids(self, full: str) -> list[int]:
+        out = _ip("netns", "pids", full).stdout.split()
+        return [int(p) for p in out if p.isdigit()]
+
+    def close(self) -> None:
+        import shutil
+        import signal
+        import time
+
+        for full in self.names:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                pids = self.pids(full)
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + 5
+                while pids and time.monotonic() < deadline:
+                    pids = [p for p in pids if alive(p)]
+                    time.sleep(0.1)
+            _ip("netns", "delete", full)
+            shutil.rmtree(Path("/etc/netns") / full, ignore_errors=True)
+        self.names.clear()
+        with contextlib.suppress(OSError):
+            Path("/etc/netns").rmdir()  # when no other namespace has a folder there

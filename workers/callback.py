@@ -10,10 +10,12 @@ then it is stored as the culprit, a failed kernel that is never measured again.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from tvm import __version__ as TVM_VERSION
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import Workload
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -69,6 +71,11 @@ class StoreCallback(PyMeasureCallback):
                 error_class, error_msg = classify_run_error(ran.error_msg), ran.error_msg
             else:
                 run_secs = [float(s) for s in ran.run_secs]
+                if not run_secs or not all(math.isfinite(s) and s > 0 for s in run_secs):
+                    # a phone that reports an impossible time is not believed
+                    error_class = "runtime"
+                    error_msg = f"the phone reported impossible run times {run_secs[:4]}"
+                    run_secs = None
             record = record_of(cand, self.workload, self.target, run_secs)
             if error_class == "device_lost":
                 try:
@@ -96,6 +103,7 @@ class StoreCallback(PyMeasureCallback):
                 workload_key=self.workload_key, candidate=candidate_hash(record), record=record,
                 run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
                 job_id=self.job_id, host=self.host, measured_at=time.time(),
+                source="job", tvm=TVM_VERSION,
             )
             try:
                 added = self.store.add_record(stored)

@@ -26,6 +26,7 @@ from farm.store import RecordStore, TaskState
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
+VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
 ENDED = ("cancelled", "finalized", "failed")
 
@@ -169,6 +170,19 @@ def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
         log.warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
 
 
+def to_verify(store: RecordStore, wk: str) -> list[Any]:
+    """The stored records of `wk` a round measures first: valid records the farm does not
+    trust (imported, or measured with another TVM) that claim to beat the best verified one,
+    the best claims first (at most VERIFY_TOP)."""
+    import tvm
+
+    best = store.best(wk)
+    claims = [r for r in store.records(wk) if r.valid and not r.trusted(tvm.__version__)
+              and (best is None or r.run_us < best.run_us)]  # type: ignore[operator]
+    claims.sort(key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
+    return claims[:VERIFY_TOP]
+
+
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
               on_progress: Any = None) -> RoundResult:
     """Measure up to `req.trials` new candidates of one workload on this host's phones.
@@ -234,7 +248,9 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         store, req.workload_key, database.workload, target, threads)
     # nothing stored: the cost model is untrained, the first batch is sampled at random
     search = StoreAwareSearch(store, req.workload_key, database.workload, target,
-                              cold=learned == 0 and not single)
+                              cold=learned == 0 and not single,
+                              verify=[] if single else to_verify(store, req.workload_key),
+                              tvm_version=tvm.__version__)
     counters = RoundCounters()
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
@@ -250,9 +266,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
             log.warning("round %s: no reference kernel for output checks: %s", req.round_id, e)
     runner.set_reference(reference)
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
-             "%d phones, %d search threads)", req.round_index + 1, task.name, ctx.host, trials,
-             req.target_trials - missing, learned, ", cold: first batch at random"
-             if search.cold else "", phones, threads)
+             "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
+             trials, req.target_trials - missing, learned, ", cold: first batch at random"
+             if search.cold else "", phones, threads,
+             f", {len(search.verify)} imported records to verify" if search.verify else "")
     try:
         ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,

@@ -14,6 +14,12 @@ random) gets its first batch from plain random sampling of the design space
 per batch evolving random samples under random scores, which is random sampling
 too, only slower. From the second batch on, the evolutionary search runs as
 usual, starting from the first batch's measurements.
+
+A stored record the farm does not trust (imported with `farm cache import`, or
+measured with another TVM version) is not a known result: the search measures it
+when it proposes it, and a round given `verify` records measures those first (the
+best imported candidates of the workload), so an import becomes a job's choice only
+after a phone of the farm has timed it.
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ def stored_result(rec: StoredRecord) -> RunnerResult:
 class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
                  inner: Any = None, counts: dict[str, int] | None = None,
-                 cold: bool = False) -> None:
+                 cold: bool = False, verify: list[StoredRecord] | None = None,
+                 tvm_version: str = "") -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -66,6 +73,10 @@ class StoreAwareSearch(PySearchStrategy):
         self.first = SearchStrategy.create("replay-trace") if cold else None
         self._from_first = False
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
+        # untrusted stored records to measure before the search starts (their own batch)
+        self.verify = list(verify or [])
+        self.tvm_version = tvm_version
+        self._verifying = False
 
     def _initialize_with_tune_context(self, context: Any) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -74,7 +85,11 @@ class StoreAwareSearch(PySearchStrategy):
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
                    database: Any = None, cost_model: Any = None) -> None:
+        self.verify = self.verify[:max(0, min(max_trials, num_trials_per_iter))]
+        max_trials -= len(self.verify)  # the verify batch is part of the round's trials
         rest = max_trials
+        if self.first is not None and max_trials <= 0:
+            self.first = None
         if self.first is not None:
             batch = min(max_trials, num_trials_per_iter)
             self.first.pre_tuning(batch, batch, design_spaces, database, cost_model)
@@ -113,7 +128,8 @@ class StoreAwareSearch(PySearchStrategy):
     def _sort(self, cands: list[Any]) -> tuple[dict[int, StoredRecord], dict[int, int]]:
         """The batch's stored candidates (index -> record), and its twins: a candidate the
         same batch proposed earlier (index -> the earlier index). A random batch of a small
-        design space often holds the same schedule twice; it is measured once."""
+        design space often holds the same schedule twice; it is measured once. A stored
+        record the farm does not trust is not known: it is measured again."""
         known, twins, first = {}, {}, {}
         for i, cand in enumerate(cands):
             h = candidate_hash(record_of(cand, self.workload, self.target))
@@ -122,11 +138,32 @@ class StoreAwareSearch(PySearchStrategy):
                 continue
             first[h] = i
             rec = self.store.get_record(self.workload_key, h)
-            if rec is not None:
+            if rec is not None and rec.trusted(self.tvm_version):
                 known[i] = rec
         return known, twins
 
+    def _verify_batch(self) -> list[Any]:
+        """The untrusted records to measure first, as measure candidates."""
+        out = []
+        for rec in self.verify:
+            try:
+                out.append(TuningRecord.from_json(rec.record, self.workload)
+                           .as_measure_candidate())
+            except Exception as e:  # noqa: BLE001 - a record that does not apply is skipped
+                log.warning("workload %s: stored record %s cannot be measured again: %s",
+                            self.workload_key, rec.candidate, e)
+        self.verify = []
+        return out
+
     def generate_measure_candidates(self) -> list[Any] | None:
+        if self.verify:
+            cands = self._verify_batch()
+            if cands:
+                log.info("workload %s: measuring %d imported or other-TVM records first",
+                         self.workload_key, len(cands))
+                self._verifying = True
+                self._batch = (cands, {}, {}, list(range(len(cands))))
+                return cands
         for _ in range(MAX_KNOWN_BATCHES):
             cands = self._propose()
             if cands is None:
@@ -147,6 +184,9 @@ class StoreAwareSearch(PySearchStrategy):
         assert self._batch is not None, "notify_runner_results without a batch"
         cands, known, twins, fresh = self._batch
         self._batch = None
+        if self._verifying:  # the search did not propose these; their records are committed
+            self._verifying = False
+            return
         measured = dict(zip(fresh, results, strict=True))
         full = []
         for i in range(len(cands)):
@@ -156,4 +196,5 @@ class StoreAwareSearch(PySearchStrategy):
 
     def clone(self) -> Any:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
-                                self.inner.clone(), self.counts, self.cold)
+                                self.inner.clone(), self.counts, self.cold, self.verify,
+                                self.tvm_version)

@@ -11,6 +11,8 @@ from farm.store.store import (
     RecordStore,
     StoredRecord,
     TaskState,
+    best_of,
+    check_run_us,
     is_better,
     on_phone,
 )
@@ -53,22 +55,63 @@ class MemoryStore(RecordStore):
         return list(self._workloads)
 
     def add_record(self, rec: StoredRecord) -> bool:
+        check_run_us(rec)
         with self._lock:
             recs = self._records.setdefault(rec.workload_key, {})
-            new = rec.candidate not in recs
+            old = recs.get(rec.candidate)
+            # a phone of the farm measured a candidate stored unverified (or measured with
+            # another TVM version): this measurement replaces it
+            replaced = old is not None and rec.verified and not old.trusted(rec.tvm)
+            new = old is None or replaced
             if rec.job_id and on_phone(rec):
                 self._count(rec.job_id, rec.workload_key, measurements=1,
                             **{"new" if new else "duplicates": 1})
             if not new:
                 return False
             recs[rec.candidate] = rec
+            if not rec.verified:
+                return True  # never the best before a phone of the farm measured it
             if rec.job_id:
                 counts = self._measured.setdefault(rec.job_id, {})
                 counts[rec.workload_key] = counts.get(rec.workload_key, 0) + 1
             cur = self._best.get(rec.workload_key)
-            if rec.valid and is_better(rec.run_us, cur.run_us if cur else None):
+            if replaced and cur is not None and cur.candidate == rec.candidate:
+                self._set_best(rec.workload_key)
+            elif rec.valid and is_better(rec.run_us, cur.run_us if cur else None):
                 self._best[rec.workload_key] = rec
             return True
+
+    def _set_best(self, wk: str) -> None:
+        best = best_of(list(self._records.get(wk, {}).values()))
+        if best is None:
+            self._best.pop(wk, None)
+        else:
+            self._best[wk] = best
+
+    def unverified_count(self, wk: str) -> int:
+        return sum(1 for r in self._records.get(wk, {}).values() if not r.verified)
+
+    def remove_records(self, wk: str, candidates: list[str]) -> int:
+        with self._lock:
+            recs = self._records.get(wk, {})
+            removed = 0
+            for cand in candidates:
+                removed += recs.pop(cand, None) is not None
+                self._lost.pop((wk, cand), None)
+            cur = self._best.get(wk)
+            if cur is not None and cur.candidate in candidates:
+                self._set_best(wk)
+            return removed
+
+    def remove_workload(self, wk: str) -> bool:
+        with self._lock:
+            existed = self._workloads.pop(wk, None) is not None
+            self._records.pop(wk, None)
+            self._best.pop(wk, None)
+            self._exhausted.pop(wk, None)
+            for key in [k for k in self._lost if k[0] == wk]:
+                del self._lost[key]
+            return existed
 
     def has_candidate(self, wk: str, candidate: str) -> bool:
         return candidate in self._records.get(wk, {})
@@ -80,7 +123,7 @@ class MemoryStore(RecordStore):
         return self._records.get(wk, {}).get(candidate)
 
     def record_count(self, wk: str) -> int:
-        return len(self._records.get(wk, {}))
+        return len(self._records.get(wk, {})) - self.unverified_count(wk)
 
     def best(self, wk: str) -> StoredRecord | None:
         return self._best.get(wk)

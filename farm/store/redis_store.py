@@ -16,14 +16,22 @@ from farm.store.store import (
     RecordStore,
     StoredRecord,
     TaskState,
+    check_run_us,
     counts_of,
     on_phone,
     parse_record,
 )
 
-_KEEP_BEST = (Path(__file__).with_name("keep_best.lua")).read_text()
-_RELEASE_LEASE = (Path(__file__).with_name("release_lease.lua")).read_text()
-_LEASE = (Path(__file__).with_name("lease.lua")).read_text()
+
+def _lua(name: str) -> str:
+    return Path(__file__).with_name(name).read_text()
+
+
+_BEST = _lua("best.lua")  # shared functions, prepended to the scripts that keep the best
+_KEEP_BEST = _BEST + _lua("keep_best.lua")
+_REMOVE = _BEST + _lua("remove_records.lua")
+_RELEASE_LEASE = _lua("release_lease.lua")
+_LEASE = _lua("lease.lua")
 
 
 def redact(url: str) -> str:
@@ -43,6 +51,7 @@ class RedisStore(RecordStore):
         self._script: Any = None
         self._lease: Any = None
         self._release: Any = None
+        self._remove: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url}
@@ -60,6 +69,7 @@ class RedisStore(RecordStore):
             self._script = self._client.register_script(_KEEP_BEST)
             self._lease = self._client.register_script(_LEASE)
             self._release = self._client.register_script(_RELEASE_LEASE)
+            self._remove = self._client.register_script(_REMOVE)
         return self._client
 
     def ping(self) -> None:
@@ -94,6 +104,7 @@ class RedisStore(RecordStore):
         return list(self.r.zrange(keys.workload_index(), 0, -1))
 
     def add_record(self, rec: StoredRecord) -> bool:
+        check_run_us(rec)
         self.r  # noqa: B018 - make sure the script is registered
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         measured_key = keys.job_measured(rec.job_id) if rec.job_id else ""
@@ -101,10 +112,16 @@ class RedisStore(RecordStore):
         try:
             return bool(self._script(
                 keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key,
-                      counts_key],
+                      counts_key, keys.unverified(rec.workload_key)],
                 args=[rec.candidate, rec.dumps(), run_us, rec.workload_key,
-                      "1" if on_phone(rec) else "0"],
+                      "1" if on_phone(rec) else "0",
+                      "1" if rec.verified else "0", rec.tvm],
             ))
+        except redis.exceptions.ResponseError as e:
+            if "refused" not in str(e):
+                raise
+            raise StoreError(str(e), subject=f"record {rec.candidate} of workload "
+                                             f"{rec.workload_key}") from e
         except redis.exceptions.OutOfMemoryError as e:
             raise StoreError(f"the store is full (Redis maxmemory reached, it evicts nothing): "
                              f"{e}", subject=f"{redact(self.url)}, workload {rec.workload_key}",
@@ -127,7 +144,29 @@ class RedisStore(RecordStore):
         return None if raw is None else parse_record(raw, f"{keys.records(wk)}[{candidate}]")
 
     def record_count(self, wk: str) -> int:
-        return int(self.r.hlen(keys.records(wk)))
+        pipe = self.r.pipeline()
+        pipe.hlen(keys.records(wk))
+        pipe.scard(keys.unverified(wk))
+        total, unverified = pipe.execute()
+        return int(total) - int(unverified)
+
+    def unverified_count(self, wk: str) -> int:
+        return int(self.r.scard(keys.unverified(wk)))
+
+    def remove_records(self, wk: str, candidates: list[str]) -> int:
+        if not candidates:
+            return 0
+        self.r  # noqa: B018
+        return int(self._remove(keys=[keys.records(wk), keys.best(wk), keys.unverified(wk),
+                                      keys.device_lost(wk)], args=list(candidates)))
+
+    def remove_workload(self, wk: str) -> bool:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
+                    keys.device_lost(wk))
+        pipe.zrem(keys.workload_index(), wk)
+        deleted, _ = pipe.execute()
+        return int(deleted) > 0
 
     def best(self, wk: str) -> StoredRecord | None:
         raw = self.r.hget(keys.best(wk), "record")

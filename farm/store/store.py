@@ -8,6 +8,13 @@ and run against each implementation):
   stored once; a second commit of it returns False and changes nothing. Keep-best
   is atomic with the insert, so the best record is always one of the records.
 - Records never expire. A corrupt record is reported with its key and skipped.
+- A valid record's run time is finite and > 0 (`check_run_us`); anything else is refused
+  with a StoreError, by every implementation (the Redis script checks it again).
+- Every record says where it came from (`source`, `job_id`, `host`, `tvm`, its target in
+  `record`). An imported record is unverified (`verified=False`): it warms the search and
+  the cost model, but it is never the best (so never a job's final choice) and is not
+  counted by `record_count`, until a phone of the farm measures that candidate; that
+  measurement replaces it. The same holds for a record measured with another TVM version.
 """
 
 from __future__ import annotations
@@ -61,15 +68,38 @@ class StoredRecord(_Message):
     job_id: str = ""
     host: str = ""
     measured_at: float = 0.0
+    # provenance: "job" (measured by a round of `job_id` on a phone of the farm) or
+    # "import:<where>" (`farm cache import`); the TVM version that built and timed it
+    source: str = "job"
+    tvm: str = ""
+    verified: bool = True  # measured by a phone of the farm (False: imported, unverified)
 
     @property
     def valid(self) -> bool:
         return self.run_us is not None and self.error_class is None
 
+    def trusted(self, tvm_version: str = "") -> bool:
+        """Measured by a phone of the farm with this TVM version (or an unknown one)."""
+        return self.verified and not (tvm_version and self.tvm and self.tvm != tvm_version)
+
+
+def check_run_us(rec: StoredRecord) -> None:
+    """The store's one rule for a run time: a valid record's is finite and > 0 (and below
+    MetaSchedule's failure mark). Raises StoreError naming the record otherwise."""
+    us = rec.run_us
+    if us is None:
+        return
+    if (isinstance(us, bool) or not isinstance(us, int | float) or not math.isfinite(us)
+            or us <= 0 or us >= FAILED_RUN_SECS * 1e6):
+        raise StoreError(f"run time {us!r} us is not a finite number > 0: refused",
+                         subject=f"record {rec.candidate} of workload {rec.workload_key}",
+                         hint="a phone or an imported log reported an impossible time")
+
 
 def on_phone(rec: StoredRecord) -> bool:
-    """Was this record measured on a phone? (A build error never reached one.)"""
-    return rec.error_class != "build"
+    """Was this record measured on a phone of the farm? (A build error never reached one; an
+    imported record was measured elsewhere.)"""
+    return rec.verified and rec.error_class != "build"
 
 
 def is_better(new_us: float | None, best_us: float | None) -> bool:
@@ -77,6 +107,15 @@ def is_better(new_us: float | None, best_us: float | None) -> bool:
     if new_us is None or math.isnan(new_us) or new_us >= FAILED_RUN_SECS * 1e6:
         return False
     return best_us is None or new_us < best_us
+
+
+def best_of(records: list[StoredRecord]) -> StoredRecord | None:
+    """The best verified valid record of a list (what the store keeps as the best)."""
+    best = None
+    for rec in records:
+        if rec.valid and rec.verified and is_better(rec.run_us, best.run_us if best else None):
+            best = rec
+    return best
 
 
 @dataclass(frozen=True)
@@ -140,10 +179,25 @@ class RecordStore(ABC):
         """One stored record by its candidate hash (None when absent or corrupt)."""
 
     @abstractmethod
-    def record_count(self, wk: str) -> int: ...
+    def record_count(self, wk: str) -> int:
+        """Records measured by the farm's phones (unverified imports are not counted)."""
 
     @abstractmethod
-    def best(self, wk: str) -> StoredRecord | None: ...
+    def unverified_count(self, wk: str) -> int:
+        """Imported records no phone of the farm has measured yet."""
+
+    @abstractmethod
+    def best(self, wk: str) -> StoredRecord | None:
+        """The best verified valid record (an unverified one never is)."""
+
+    @abstractmethod
+    def remove_records(self, wk: str, candidates: list[str]) -> int:
+        """Delete records (atomic with the best: it is recomputed when removed). Returns
+        how many were deleted."""
+
+    @abstractmethod
+    def remove_workload(self, wk: str) -> bool:
+        """Forget a workload and every record of it. True when it existed."""
 
     @abstractmethod
     def note_device_lost(self, wk: str, candidate: str) -> int:

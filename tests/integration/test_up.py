@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import psutil
 import pytest
@@ -62,8 +63,25 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
             raise AssertionError("Flower did not answer")
         children = psutil.Process(up.pid).children(recursive=True)
         assert len(children) >= 5  # redis, flower, tracker, phone, worker (and theirs)
+        # no secret on a command line: anyone on the host reads /proc/PID/cmdline (`ps`)
+        for child in [psutil.Process(up.pid), *children]:
+            cmdline = Path(f"/proc/{child.pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            assert b"s3cret" not in cmdline and b"admin:pw" not in cmdline, cmdline
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=120)
     time.sleep(2)
     assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.parametrize("missing", ["FARM_REDIS_PASSWORD", "FARM_FLOWER_AUTH"])
+def test_farm_up_on_a_lab_address_refuses_without_a_password(tmp_path, missing):
+    """Non-loopback means authenticated: refused before anything starts."""
+    env = {"FARM_REDIS_PASSWORD": "pw", "FARM_FLOWER_AUTH": "a:b"}
+    env[missing] = ""
+    proc = run_farm(["up", "--bind", "0.0.0.0", "--redis-port", str(free_port())],
+                    tmp_path / "home", env=env, timeout_s=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("farm: error: farm up --bind")
+    assert missing in proc.stderr
+    assert not (tmp_path / "home" / "up-redis").exists()  # nothing was started

@@ -61,12 +61,17 @@ def test_export_then_import_keeps_keys_and_best(tmp_path: Path, n: int):
     assert len(JSONDatabase(work_dir=str(tmp_path / "log")).get_all_tuning_records()) == 1
 
     dst = open_store("memory://")
-    workloads, new = cache.import_log(dst, tmp_path / "log", profile)
-    assert (workloads, new) == (1, 1)
-    assert dst.best(wk).run_us == pytest.approx(10.0)
-    assert cache.import_log(dst, tmp_path / "log", profile) == (1, 0)  # idempotent
+    got = cache.import_log(dst, tmp_path / "log", profile)
+    assert (got.workloads, got.new, dict(got.refused)) == (1, 1, {})
+    imported = dst.records(wk)[0]
+    assert imported.run_us == pytest.approx(10.0) and not imported.verified
+    assert imported.source.startswith("import:") and imported.host
+    assert dst.best(wk) is None  # unverified: no job takes it before a phone measured it
+    again = cache.import_log(dst, tmp_path / "log", profile)  # idempotent
+    assert (again.new, again.known) == (0, 1)
     rows = cache.entries(dst)
-    assert rows[0]["workload_key"] == wk and rows[0]["trials"] == 1
+    assert rows[0]["workload_key"] == wk and rows[0]["trials"] == 0
+    assert rows[0]["unverified"] == 1 and rows[0]["best_us"] is None
     shown = cache.show(src, wk)
     assert shown["trials"] == 4 and shown["top"][0]["run_us"] == pytest.approx(10.0)
     assert cache.stats(src)["trials"] == 4
@@ -77,3 +82,84 @@ def test_import_refuses_a_folder_that_is_no_database(tmp_path: Path):
 
     with pytest.raises(UsageError, match="database_workload.json"):
         cache.import_log(open_store("memory://"), tmp_path, resolve_profile("cpu-local"))
+
+
+def _edit_log(src: Path, dst: Path, edit) -> None:
+    """Copy a JSONDatabase, passing each tuning record line (parsed) through `edit`, which
+    returns a list of lines (parsed or raw strings) to write in its place."""
+    import json
+    import shutil
+
+    dst.mkdir(parents=True)
+    shutil.copy(src / "database_workload.json", dst / "database_workload.json")
+    out = []
+    for line in (src / "database_tuning_record.json").read_text().splitlines():
+        for row in edit(json.loads(line)):
+            out.append(row if isinstance(row, str) else json.dumps(row))
+    (dst / "database_tuning_record.json").write_text("\n".join(out) + "\n")
+
+
+def test_import_checks_every_record_and_says_what_it_refused(tmp_path: Path):
+    """A poisoned or foreign log: impossible times, a trace of another workload, another
+    target, lines that are no JSON. Each is refused with its reason; the rest is taken."""
+    import copy
+
+    profile = resolve_profile("cpu-local")
+    src = open_store("memory://")
+    seed_store(src, profile, 16, [30.0])
+    cache.export(src, tmp_path / "log")
+
+    def edit(row):
+        good = row
+        zero = copy.deepcopy(row)
+        zero[1][1] = [0.0]
+        negative = copy.deepcopy(row)
+        negative[1][1] = [-1e-6]
+        no_time = copy.deepcopy(row)
+        no_time[1][1] = []
+        wrong_trace = copy.deepcopy(row)
+        wrong_trace[1][0][0][0][2][0] = "NO_SUCH_BLOCK"  # GetSBlock of a block it lacks
+        other_target = copy.deepcopy(row)
+        other_target[1][2] = {**row[1][2], "mcpu": "cortex-a76",
+                              "mtriple": "aarch64-linux-gnu"}
+        other_target[1][0][0][2][1][2] = 8  # another split: another candidate
+        fake = copy.deepcopy(row)
+        fake[1][1] = [1e-9]  # 0.001 us: finite and > 0, taken, but unverified
+        fake[1][0][0][2][1][2] = 4
+        return [good, zero, negative, no_time, wrong_trace, other_target, fake,
+                "{not json", [7, row[1]]]
+
+    _edit_log(tmp_path / "log", tmp_path / "bad", edit)
+    dst = open_store("memory://")
+    got = cache.import_log(dst, tmp_path / "bad", profile)
+    assert got.new == 2 and got.workloads == 1
+    reasons = dict(got.refused)
+    assert reasons.pop("run times not finite and > 0") == 3
+    assert reasons.pop("its trace does not apply to its workload") == 1
+    assert reasons.pop("not JSON") == 1
+    assert reasons.pop("its workload is missing or unreadable") == 1
+    (target_reason, n), = reasons.items()
+    assert n == 1 and "--retarget" in target_reason
+    (wk,) = dst.workload_keys()
+    assert dst.best(wk) is None and dst.unverified_count(wk) == 2
+    # --retarget files the foreign record under the profile's target
+    again = cache.import_log(dst, tmp_path / "bad", profile, retarget=True)
+    assert again.new == 1 and again.known == 2
+    moved = [r for r in dst.records(wk) if r.record[2].get("mcpu") is None]
+    assert len(moved) == 3  # every stored record carries the profile's target
+
+
+def test_rm_forgets_a_source_or_a_workload(tmp_path: Path):
+    profile = resolve_profile("cpu-local")
+    store = open_store("memory://")
+    wk = seed_store(store, profile, 16, [30.0, 10.0, 20.0])
+    cache.export(store, tmp_path / "log")
+    other = seed_store(store, profile, 8, [5.0])
+    assert store.best(wk).run_us == pytest.approx(10.0)
+    assert cache.remove(store, [], source="seed") == {"workloads": 0, "records": 4}
+    assert store.best(wk) is None and store.record_count(wk) == 0
+    cache.import_log(store, tmp_path / "log", profile)
+    assert cache.remove(store, [wk], source=f"import:{(tmp_path / 'log').resolve()}") == \
+        {"workloads": 0, "records": 1}
+    assert cache.remove(store, [wk, other]) == {"workloads": 2, "records": 0}
+    assert store.workload_keys() == []

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from farm import cli
-from farm.errors import EXIT_CODES
+from farm.errors import EXIT_CODES, ServiceError, StoreError
 from farm.services import free_port
+from farm.submit import SubmitOptions, preflight
 
 
 @pytest.fixture(autouse=True)
@@ -166,3 +167,74 @@ def test_embedded_farm_refuses_a_foreign_profile(capsys, tmp_path, models):
     assert code == EXIT_CODES["usage"]
     assert_one_line(err, "android-arm64", "aarch64", "FARM_BROKER_URL")
     assert not out.exists()
+
+
+# --- the checks before anything starts refuse bad input only: good input passes them -------
+def opts(model: Path, out: Path, **changes) -> SubmitOptions:
+    return SubmitOptions(model=model, out=out, **changes)
+
+
+def test_preflight_passes_good_input_of_every_kind(tmp_path, models):
+    from farm.config import load_config
+
+    toml = tmp_path / "farm.toml"
+    toml.write_text('[profiles.pixel7]\ntarget = { kind = "llvm" }\nthreads = 2\n')
+    said: list[str] = []
+    for key in ("cpu-local", "arm64-sim", "pixel7"):  # built in, emulated, declared in farm.toml
+        config = load_config({"device_key": key}, env={"FARM_HOME": str(tmp_path / "home")},
+                             config_file=toml)
+        preflight(opts(models["small"], tmp_path / "new" / "deeper" / "out"), config, said.append)
+    config = load_config({}, env={"FARM_HOME": str(tmp_path / "home")}, config_file=toml)
+    preflight(opts(models["small.pt"], tmp_path / "o", input_shape="2,8", dtype="float16",
+                   timeout_s=60.0, trials_budget=10, early_stop_rounds=2), config, said.append)
+    preflight(opts(models["pickled.pt"], tmp_path / "o", input_shape="2x8", allow_pickle=True),
+              config, said.append)
+    (tmp_path / "empty").mkdir()
+    preflight(opts(models["small"], tmp_path / "empty"), config, said.append)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old.txt").write_text("old")
+    preflight(opts(models["small"], tmp_path / "full", force=True), config, said.append)
+    assert not said  # nothing to report, and nothing made or started:
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "farm.toml", "full"]
+
+
+def test_a_lab_farm_is_asked_for_its_keys_before_the_model_is_read(tmp_path, models,
+                                                                  clean_redis):
+    import redis
+
+    from farm import hosts
+    from farm.config import load_config
+
+    config = load_config({"broker_url": clean_redis, "device_key": "lab-b"},
+                         env={"FARM_HOME": str(tmp_path / "home")})
+    said: list[str] = []
+    with pytest.raises(ServiceError, match="no worker host has phones of key 'lab-b'"):
+        preflight(opts(models["small"], tmp_path / "out"), config, said.append)
+    r = redis.Redis.from_url(clean_redis)
+    hosts.publish(r, hosts.HostBeat(name="farm@h1", tracker="127.0.0.1:9190",
+                                    phones={"lab-b": {"total": 1, "free": 1, "busy": 0}}), 30)
+    r.close()
+    # a key the farm's hosts serve is known there, even without a profile here: said so
+    preflight(opts(models["small"], tmp_path / "out"), config, said.append)
+    assert len(said) == 1 and "lab-b has no profile here" in said[0], said
+    assert not (tmp_path / "out").exists() and not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("shape", ["1,x,3", "1,,3", "2,8,", "0,8", ""])
+def test_a_bad_shape_is_refused_before_the_farm_starts(capsys, tmp_path, models, shape):
+    code, err, out = submit(capsys, tmp_path, models["small.pt"], "--input-shape", shape)
+    assert code == EXIT_CODES["usage"]
+    assert_one_line(err, "--input-shape")
+    assert not out.exists() and not (tmp_path / "home").exists()
+
+
+def test_an_error_quoting_many_lines_is_still_one_line(capsys, monkeypatch):
+    def boom(_args):
+        raise StoreError("cannot read it:\nTraceback (most recent call last):\n  File x\nE",
+                         subject="db", hint="check it")
+
+    monkeypatch.setattr(cli, "cmd_status", boom)
+    code, err = farm(capsys, "status")
+    assert code == EXIT_CODES["store"]
+    assert err.splitlines() == ["farm: error: db: cannot read it: [3 more lines with --debug] "
+                                "(check it)"]

@@ -51,3 +51,16 @@ def test_worker_side_imports_without_torch():
 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_units_keep_secrets_off_command_lines_and_the_tracker_on_loopback():
+    """systemd puts ExecStart's expanded words in argv, which `ps` shows to every user: the
+    units pass secrets in the environment (a 0600 EnvironmentFile) instead."""
+    for unit in (ROOT / "deploy" / "systemd").glob("*.service"):
+        text = unit.read_text()
+        start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+        for secret in ("FARM_BROKER_URL", "FARM_FLOWER_AUTH", "PASSWORD", "--broker",
+                       "--basic-auth", "--requirepass", "--auth"):
+            assert secret not in start, (unit.name, start)
+    tracker = (ROOT / "deploy" / "systemd" / "farm-tracker.service").read_text()
+    assert "Environment=FARM_TRACKER_HOST=127.0.0.1" in tracker and "0.0.0.0" not in tracker
