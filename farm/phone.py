@@ -47,7 +47,7 @@ def advertised_address(host: str, advertise: str | None, tracker: str) -> str | 
                          hint="bind an address the workers reach: --host 0.0.0.0 "
                               f"--advertise {addr}")
     tracker_host = tracker.rpartition(":")[0].strip("[]")
-    if False and is_loopback(addr) and not _on_this_machine(tracker_host):
+    if is_loopback(addr) and not _on_this_machine(tracker_host):
         raise UsageError(f"the phones would advertise {addr} to tracker {tracker}, which is on "
                          "another machine: its worker would connect to its own loopback",
                          subject=f"phones of tracker {tracker}",
