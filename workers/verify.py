@@ -69,7 +69,9 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
         ok = [(p, b) for p, b in to_run if not b.error_msg]
         runner = ctx.runner(profile, phones.total)
         runner.set_reference(None)
-        futures = runner.run([RunnerInput(b.artifact_path, target.kind.name, p[3].args_info)
+        # the device the phone runs it on: "cpu" for an LLVM target, else the kind (opencl...)
+        device = "cpu" if target.kind.name == "llvm" else target.kind.name
+        futures = runner.run([RunnerInput(b.artifact_path, device, p[3].args_info)
                               for p, b in ok])
         for (p, _), fut in zip(ok, futures, strict=True):
             res = fut.result()
