@@ -224,10 +224,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
     """Measure the stored bests again on a phone of the key and print the drift."""
     from farm.profiles import resolve_profile
     from farm.store import open_store
+    from farm.submit import target_cpu
     from workers.verify import DRIFT_WARN, verify_bests
 
     config = _config(args, broker_url=args.broker, device_key=args.device_key)
-    profile = resolve_profile(config.device_key, config.profiles)
+    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
+        target_cpu(config, _progress))
     wks = args.arg.split(",") if args.arg else None
     if config.store_url:
         if not args.tracker:
@@ -290,10 +292,15 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
     elif args.action == "import":
         if not args.arg:
             raise UsageError("farm cache import needs a JSONDatabase folder")
-        config = _config(args)
+        from dataclasses import replace
+
+        from farm.submit import target_cpu
+
+        config = _config(args, broker_url=getattr(args, "broker", None))
         key = args.device_key or config.device_key
-        got = cache.import_log(store, Path(args.arg), resolve_profile(key, config.profiles),
-                               retarget=args.retarget)
+        profile = resolve_profile(key, config.profiles).on_cpu(
+            target_cpu(replace(config, device_key=key), _progress))
+        got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
         print(f"imported {got.new} new records of {got.workloads} workloads for device key "
               f"{key} ({got.known} already stored); unverified until a phone of the farm "
               f"measures them (the next job's first rounds measure the best of them)")

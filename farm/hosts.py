@@ -22,6 +22,7 @@ class HostBeat(_Message):
     pid: int = 0
     started_at: float = 0.0
     beat_at: float = 0.0
+    cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
 
 
 def publish(redis_client: Any, beat: HostBeat, ttl_s: int | None = None) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from farm.errors import UsageError
@@ -33,7 +33,18 @@ class DeviceProfile:
     notes: str = ""
     emulate: str = ""  # "arm64": the embedded farm's phones run this CPU under qemu
     check_outputs: bool = True  # compare each candidate's output with the unscheduled kernel
+    # the target is the CPU of the machine the phones run on (emulated phones): its LLVM name
+    # goes into the target as mcpu when the farm starts (`on_cpu`), so in the workload key
+    host_cpu: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def on_cpu(self, cpu: str) -> DeviceProfile:
+        """This profile for CPU `cpu` (LLVM's name, e.g. znver3 or icelake-server): with
+        `host_cpu`, an LLVM target without mcpu gets it; otherwise unchanged."""
+        if (not self.host_cpu or not cpu or self.target.get("kind") != "llvm"
+                or "mcpu" in self.target):
+            return self
+        return replace(self, target={**self.target, "mcpu": cpu})
 
     def target_json(self) -> dict[str, Any]:
         """The target as a JSON dict, with num-cores following the device's threads."""
@@ -55,7 +66,9 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         key="cpu-local",
         target={"kind": "llvm"},
         threads=1,
-        notes="This machine's CPU, measured by emulated phones (local RPC servers).",
+        host_cpu=True,
+        notes="This machine's CPU (mcpu: LLVM's name of it, found when the farm starts), "
+              "measured by emulated phones (local RPC servers).",
     ),
     "android-arm64": DeviceProfile(
         key="android-arm64",
@@ -129,7 +142,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "key": (str,), "target": (dict,), "export": (str,), "cc": (str, type(None)),
     "threads": (int,), "number": (int,), "repeat": (int,), "min_repeat_ms": (int,),
     "cooldown_s": (int, float), "notes": (str,), "emulate": (str,), "check_outputs": (bool,),
-    "extra": (dict,),
+    "host_cpu": (bool,), "extra": (dict,),
 }
 _CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64")}
 _MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0}

@@ -58,6 +58,9 @@ class SubmitOptions:
     wait_for_devices_s: float = 0.0  # lab mode: wait for a host with phones of the key
     priority: str = "normal"  # high | normal | low (PRIORITIES)
     live: bool = False  # redraw a per-task view on stderr while waiting (a terminal)
+    # the CPU a host_cpu profile is tuned for (None: found now, see target_cpu); a resumed
+    # job keeps its own
+    target_cpu: str | None = None
 
     def to_job_options(self) -> dict[str, Any]:
         """What `farm resume` and `farm wait` need to redo the client's part of the job."""
@@ -79,7 +82,8 @@ class SubmitOptions:
                    early_stop_rounds=int(o.get("early_stop_rounds", 0)),
                    input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
                    allow_pickle=bool(o.get("allow_pickle")), tracker=o.get("tracker"),
-                   priority=o.get("priority", "normal"), **changes)
+                   priority=o.get("priority", "normal"),
+                   target_cpu=str(job.target.get("mcpu", "")), **changes)
 
 
 @dataclass
@@ -276,7 +280,8 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
             report: Callable[[str], None]) -> Prepared:
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
     contacted; for the embedded one while its worker warms up (see `submit`)."""
-    profile = resolve_profile(config.device_key, config.profiles)
+    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
+        opts.target_cpu if opts.target_cpu is not None else target_cpu(config, report))
     bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
                                opts.dtype, opts.allow_pickle, threads=profile.threads)
     report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
@@ -284,6 +289,28 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
     report(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
     return Prepared(bundle=bundle, extracted=extracted, profile=profile)
+
+
+def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
+    """The CPU a `host_cpu` profile (cpu-local) is tuned for: this machine's for the embedded
+    farm; on a lab farm, the CPU the hosts with phones of the key report in their heartbeats
+    (this machine's when none does)."""
+    from farm.hostcpu import cpu_for_key, system_cpu
+
+    if not config.broker_url:
+        return system_cpu()
+    from farm import hosts
+
+    store = open_store(config.store_url)
+    try:
+        found = cpu_for_key(hosts.list_hosts(store.r), config.device_key)  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    if found is None:
+        report(f"no worker host reports its CPU for key {config.device_key}: tuning for this "
+               f"machine's ({system_cpu() or 'generic'})")
+        return system_cpu()
+    return found
 
 
 def check_same_tasks(job: JobSpec, prep: Prepared, model: Path) -> None:

@@ -20,6 +20,7 @@ from farm import hosts, keys
 from farm import tracker as tracker_mod
 from farm.dispatch import queue_for
 from farm.errors import ServiceError
+from farm.hostcpu import system_cpu
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class Heartbeat(threading.Thread):
             self._follow({k for k, v in found.items() if v.total > 0})
         hosts.publish(self.client, hosts.HostBeat(
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
-            pid=os.getpid(), started_at=self.started_at, beat_at=time.time()))
+            pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
+            cpu=system_cpu()))
 
     def _follow(self, keys_now: set[str]) -> None:
         """Consume the queues of the keys with phones; keep a key's queue for `grace_s` after

@@ -170,6 +170,23 @@ def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
         log.warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
 
 
+def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None:
+    """Refuse a round of a profile whose phones run on this host's CPU (`host_cpu`: emulated
+    phones) when its target needs instructions this CPU lacks: every candidate would crash
+    the phones, or be measured on code built for another CPU."""
+    from farm.hostcpu import missing_features, system_cpu
+
+    if not profile.host_cpu:
+        return
+    missing = missing_features(target, system_cpu())
+    if missing:
+        raise TuneError(f"this host's CPU ({system_cpu() or 'generic'}) cannot run code for "
+                        f"target mcpu={target.get('mcpu')}: it lacks {', '.join(missing)}",
+                        subject=f"host {host}, device key {profile.key}",
+                        hint="submit from (or for) a machine with that CPU, or give this host "
+                             "its own device key")
+
+
 def to_verify(store: RecordStore, wk: str) -> list[Any]:
     """The stored records of `wk` a round measures first: valid records the farm does not
     trust (imported, or measured with another TVM) that claim to beat the best verified one,
@@ -237,6 +254,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
                      message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
     best_effort(store.set_task_state, req.job_id, req.workload_key, state)
 
+    check_cpu(profile, task.target, ctx.host)
     mod = load_mod(task)
     target = tvm.target.Target(task.target)
     single = has_single_schedule(mod, target)

@@ -1,0 +1,77 @@
+"""cpu-local names the real CPU: in the target, so in the workload key; a host refuses a
+target its CPU cannot run."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from farm.errors import TuneError, UsageError
+from farm.extract import workload_key
+from farm.hostcpu import cpu_for_key, missing_features, system_cpu
+from farm.hosts import HostBeat
+from farm.profiles import resolve_profile
+
+x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 CPU names")
+
+
+def test_cpu_local_targets_the_cpu_it_is_given_and_keys_records_by_it():
+    base = resolve_profile("cpu-local")
+    assert base.host_cpu and "mcpu" not in base.target
+    a, b = base.on_cpu("znver3"), base.on_cpu("icelake-server")
+    assert a.target_json() == {"kind": "llvm", "mcpu": "znver3", "num-cores": 1}
+    assert workload_key(123, a.target_json(), a.key) != workload_key(123, b.target_json(), b.key)
+    assert base.on_cpu("") == base  # LLVM knows the CPU only as generic: baseline code
+    pinned = resolve_profile("cpu-local", {"cpu-local": {"target": {"kind": "llvm",
+                                                                     "mcpu": "haswell"}}})
+    assert pinned.on_cpu("znver3").target["mcpu"] == "haswell"  # farm.toml pins it
+    phone = resolve_profile("android-arm64")
+    assert phone.on_cpu("znver3") == phone  # a phone's CPU is not this machine's
+
+
+def test_the_host_cpu_is_known_here():
+    assert system_cpu()  # LLVM knows this machine's CPU by name (not generic)
+    assert missing_features({"kind": "llvm", "mcpu": system_cpu()}, system_cpu()) == []
+
+
+@x86
+def test_a_cpu_that_lacks_a_targets_instructions_is_found():
+    assert "avx512f" in missing_features({"kind": "llvm", "mcpu": "skylake-avx512"}, "haswell")
+    assert {"avx2", "fma"} <= set(missing_features({"kind": "llvm", "mcpu": "haswell"},
+                                                   "x86-64"))
+    assert missing_features({"kind": "llvm", "mcpu": "haswell"}, "skylake-avx512") == []
+    assert missing_features({"kind": "llvm"}, "x86-64") == []  # baseline runs everywhere
+
+
+def beat(name: str, cpu: str, key: str = "cpu-local", total: int = 2) -> HostBeat:
+    return HostBeat(name=name, tracker="t", phones={key: {"total": total}}, cpu=cpu)
+
+
+def test_the_lab_cpu_of_a_key_comes_from_its_hosts():
+    assert cpu_for_key([beat("a", "znver3"), beat("b", "znver3")], "cpu-local") == "znver3"
+    assert cpu_for_key([beat("a", "znver3", total=0)], "cpu-local") is None
+    assert cpu_for_key([beat("a", "")], "cpu-local") is None  # an older worker says nothing
+    assert cpu_for_key([beat("a", "znver3", key="other")], "cpu-local") is None
+    with pytest.raises(UsageError, match="different CPUs"):
+        cpu_for_key([beat("a", "znver3"), beat("b", "icelake-server")], "cpu-local")
+
+
+def foreign_cpu() -> str:
+    """An x86 CPU whose code this machine cannot run (one with instructions it lacks)."""
+    for cpu in ("sapphirerapids", "graniterapids", "skylake-avx512", "znver4", "haswell"):
+        if missing_features({"kind": "llvm", "mcpu": cpu}, system_cpu()):
+            return cpu
+    pytest.skip("this machine runs every CPU's code of the list")
+
+
+@x86
+def test_a_worker_refuses_a_round_its_cpu_cannot_run():
+    from workers.measure import check_cpu
+
+    profile = resolve_profile("cpu-local")
+    cpu = foreign_cpu()
+    with pytest.raises(TuneError, match=f"cannot run code for target mcpu={cpu}"):
+        check_cpu(profile, {"kind": "llvm", "mcpu": cpu}, "here")
+    check_cpu(profile, profile.on_cpu(system_cpu()).target_json(), "here")  # its own: runs
+    check_cpu(resolve_profile("android-arm64"), {"kind": "llvm", "mcpu": cpu}, "here")
