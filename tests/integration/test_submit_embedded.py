@@ -57,6 +57,9 @@ def test_submit_tunes_compiles_and_checks(first_run):
                   "numerics_ok", "wall_s", "schedules"):
         assert field in summary
     assert summary["device_key"] == "cpu-local"
+    from farm.hostcpu import system_cpu
+
+    assert summary["target"].get("mcpu") == system_cpu()  # tuned for this very CPU
     tasks = summary["tasks"]
     assert len(tasks) >= 3
     for t in tasks:
