@@ -117,16 +117,16 @@ class RedisStore(RecordStore):
                       "1" if on_phone(rec) else "0",
                       "1" if rec.verified else "0", rec.tvm],
             ))
-        except redis.exceptions.ResponseError as e:
-            if "refused" not in str(e):
-                raise
-            raise StoreError(str(e), subject=f"record {rec.candidate} of workload "
-                                             f"{rec.workload_key}") from e
         except redis.exceptions.OutOfMemoryError as e:
             raise StoreError(f"the store is full (Redis maxmemory reached, it evicts nothing): "
                              f"{e}", subject=f"{redact(self.url)}, workload {rec.workload_key}",
                              hint="records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY "
                                   "or redis.conf), then `farm resume` the job") from e
+        except redis.exceptions.ResponseError as e:  # after OOM: its subclass
+            if "refused" not in str(e):
+                raise
+            raise StoreError(str(e), subject=f"record {rec.candidate} of workload "
+                                             f"{rec.workload_key}") from e
 
     def has_candidate(self, wk: str, candidate: str) -> bool:
         return bool(self.r.hexists(keys.records(wk), candidate))
@@ -144,7 +144,8 @@ class RedisStore(RecordStore):
         return None if raw is None else parse_record(raw, f"{keys.records(wk)}[{candidate}]")
 
     def record_count(self, wk: str) -> int:
-        pipe = self.r.pipeline()
+        # no MULTI: a full Redis (noeviction) refuses a transaction, even of reads
+        pipe = self.r.pipeline(transaction=False)
         pipe.hlen(keys.records(wk))
         pipe.scard(keys.unverified(wk))
         total, unverified = pipe.execute()
