@@ -45,7 +45,8 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
                                                  extra=["--concurrency", "2"]))
         out = tmp_path / "out"
         proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
-                         "--out", str(out), "--tracker", tracker, "--timeout", "900"],
+                         "--out", str(out), "--tracker", tracker, "--timeout", "900",
+                         "--wait-for-devices", "120"],  # the worker's first heartbeat
                         tmp_path, env={"FARM_BROKER_URL": clean_redis})
         assert proc.returncode == 0, proc.stderr[-3000:] + worker.log_tail()
         summary = json.loads((out / "summary.json").read_text())
