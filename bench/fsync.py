@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from farm import services  # noqa: E402
+from farm.local import services  # noqa: E402
 from farm.store import StoredRecord, open_store  # noqa: E402
 
 

@@ -40,10 +40,11 @@ def main() -> int:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RPCConfig
 
-    from farm import compile as fc
-    from farm import extract, ingest, services
-    from farm.profiles import resolve_profile
-    from farm.tracker import wait_for_phones
+    from farm.core.profiles import resolve_profile
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
+    from farm.pipeline import compile as fc
+    from farm.pipeline import extract, ingest
 
     profile = resolve_profile("cpu-local")
     bundle = ingest.load(Path(args.model), threads=1)

@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from farm import services  # noqa: E402
+from farm.devices.tracker import wait_for_phones  # noqa: E402
+from farm.local import services  # noqa: E402
 from farm.store import open_store  # noqa: E402
-from farm.tracker import wait_for_phones  # noqa: E402
 
 
 def model(path: Path) -> Path:
@@ -62,7 +62,7 @@ def side(work: Path, supervisor: bool) -> dict:
                 tracker, url, work / "logs", name=f"worker{h}", env=env,
                 extra=["--hostname", hosts[-1]])))
         proc = subprocess.run(
-            [sys.executable, "-m", "farm.cli", "submit", str(model(work / "m.pt2")),
+            [sys.executable, "-m", "farm", "submit", str(model(work / "m.pt2")),
              "--trials-per-task", "32", "--no-wait", "--out", str(work / "out"),
              "--wait-for-devices", "120"], capture_output=True, text=True, timeout=600,
             env={**os.environ, "FARM_HOME": str(work / "home"), "FARM_BROKER_URL": url, **env})

@@ -49,9 +49,9 @@ def main() -> int:
                     help="rounds of 2 trials per task (the CNN has 5 tasks with a search space)")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
-    from farm import services
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
     from farm.store import open_store
-    from farm.tracker import wait_for_phones
 
     work = Path(tempfile.mkdtemp(prefix="farm-rss-"))
     model = work / "resnet.pt2"
@@ -75,7 +75,7 @@ def main() -> int:
 
         per_task = 2 * args.rounds_per_task
         client = subprocess.Popen(
-            [sys.executable, "-m", "farm.cli", "submit", str(model), "--trials-per-task",
+            [sys.executable, "-m", "farm", "submit", str(model), "--trials-per-task",
              str(per_task), "--round-trials", "2", "--out", str(work / "out"), "--tracker",
              tracker], env={**os.environ, **tasks_env}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ Every section runs on this machine, one thing at a time (never two measured thin
    tuned latency, which shows how much tuning runs differ from one another at this budget.
 2. Resubmit: the same model submitted again to the same farm home: wall ratio, trials (0).
 3. Scaling (`--scaling`): `farm submit` with 1, 2, 4 emulated phones that each add
-   `--delay-s` to every measurement (farm/phone.py, like a real phone's upload and run).
+   `--delay-s` to every measurement (farm/devices/phone.py, like a real phone's upload and run).
    Measurement throughput = trials / seconds the batches spent on the phones; parallel
    efficiency = throughput(n) / (n x throughput(1)).
 4. Quality (`--quality`): torch eager, untuned TVM and farm-tuned TVM, all timed here in
@@ -63,7 +63,7 @@ def plain_metaschedule(model: Path, trials: int, work: Path) -> dict[str, Any]:
 def farm_submit(model: Path, trials: int, out: Path, home: Path,
                 env: dict[str, str] | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", "submit", str(model),
+    proc = subprocess.run([sys.executable, "-m", "farm", "submit", str(model),
                            "--trials-per-task", str(trials), "--round-trials", str(trials),
                            "--out", str(out), "--force"], capture_output=True, text=True,
                           env={**os.environ, "FARM_HOME": str(home), **(env or {})})
@@ -83,8 +83,8 @@ class Reference:
     def __init__(self, model: Path) -> None:
         import tvm
 
-        from farm import extract, ingest
-        from farm.profiles import resolve_profile
+        from farm.core.profiles import resolve_profile
+        from farm.pipeline import extract, ingest
 
         profile = resolve_profile("cpu-local")
         self.bundle = ingest.load(model, threads=1, timing_runs=REPEAT * NUMBER)
@@ -96,7 +96,7 @@ class Reference:
         import tvm
         from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-        from farm import compile as fc
+        from farm.pipeline import compile as fc
 
         db = JSONDatabase(work_dir=log_dir) if log_dir else None
         lib = fc.build(self.fused, self.target, db)
@@ -111,8 +111,8 @@ class Reference:
 def trials_to_within(home: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Per task, the trials (in measurement order) until its best was within WITHIN of the
     task's final best; summed over tasks, against all trials measured."""
-    from farm.config import load_config
-    from farm.embedded import embedded_store_url
+    from farm.core.config import load_config
+    from farm.local.embedded import embedded_store_url
     from farm.store import open_store
 
     needed, total = 0, 0
@@ -236,7 +236,7 @@ HOW = {
     "resubmit": "the same model again on the same farm home, right after the first submit.",
     "scaling": (
         "`farm submit` with FARM_PHONES=n and FARM_PHONE_DELAY_S: every emulated phone sleeps "
-        "that long in each measurement session (farm/phone.py). measure_s = seconds the "
+        "that long in each measurement session (farm/devices/phone.py). measure_s = seconds the "
         "batches were on the phones (sent -> results back, summed over rounds); "
         "measured_per_s = trials / measure_s; efficiency = measured_per_s(n) / "
         "(n x measured_per_s(1)). job_* = the same over the whole tuning phase, which also "

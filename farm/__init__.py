@@ -4,7 +4,7 @@ The data flow, one module per stage::
 
     ingest -> extract -> plan -> dispatch -> (workers: measure) -> store -> finalize -> compile
 
-`farm.submit` shows a whole job stage by stage.
+`farm.pipeline.job` shows a whole job stage by stage.
 """
 
 __version__ = "0.1.0"

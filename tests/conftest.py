@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import services
+from farm.local import services
 
 
 @pytest.fixture(scope="session")

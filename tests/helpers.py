@@ -16,7 +16,7 @@ def run_farm(args: list[str], home: Path, timeout_s: float = 1200,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "FARM_HOME": str(home), **(env or {})}
     full_env.pop("FARM_BROKER_URL", None) if "FARM_BROKER_URL" not in (env or {}) else None
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "farm", *args], capture_output=True,
                           text=True, timeout=timeout_s, env=full_env)
 
 
@@ -114,7 +114,7 @@ def run_farm_in(argv_prefix: list[str], args: list[str], home: Path, timeout_s: 
     full_env = {**os.environ, "FARM_HOME": str(home), **(env or {})}
     if "FARM_BROKER_URL" not in (env or {}):
         full_env.pop("FARM_BROKER_URL", None)
-    return subprocess.run([*argv_prefix, sys.executable, "-m", "farm.cli", *args],
+    return subprocess.run([*argv_prefix, sys.executable, "-m", "farm", *args],
                           capture_output=True, text=True, timeout=timeout_s, env=full_env)
 
 

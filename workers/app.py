@@ -13,13 +13,13 @@ from typing import Any
 import redis
 from celery import signals
 
-from farm import finalize as finalize_stage
-from farm import keys
-from farm import plan as plan_stage
-from farm.config import FarmConfig
-from farm.dispatch import ROUND_TASK, make_app, send_round
-from farm.errors import FarmError
-from farm.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult
+from farm.core import keys
+from farm.core.config import FarmConfig
+from farm.core.errors import FarmError
+from farm.core.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult
+from farm.pipeline import finalize as finalize_stage
+from farm.pipeline import plan as plan_stage
+from farm.pipeline.dispatch import ROUND_TASK, make_app, send_round
 from farm.store import RecordStore, TaskState, open_store
 from workers.fence import RoundFence, RoundStopped
 from workers.measure import (

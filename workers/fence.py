@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from farm.errors import TuneError
-from farm.messages import RoundRequest
+from farm.core.errors import TuneError
+from farm.core.messages import RoundRequest
 from farm.store import RecordStore
 
 log = logging.getLogger(__name__)

@@ -16,11 +16,12 @@ from typing import Any
 
 import redis
 
-from farm import hosts, keys
-from farm import tracker as tracker_mod
-from farm.dispatch import queue_for
-from farm.errors import ServiceError
-from farm.hostcpu import system_cpu
+from farm.core import keys
+from farm.core.errors import ServiceError
+from farm.devices import tracker as tracker_mod
+from farm.devices.hostcpu import system_cpu
+from farm.pipeline.dispatch import queue_for
+from farm.store import hosts
 
 log = logging.getLogger(__name__)
 

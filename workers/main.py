@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import redis
 
-from farm import keys as hostkeys
-from farm import tracker as tracker_mod
-from farm.config import FarmConfig
-from farm.dispatch import queue_for
-from farm.errors import ServiceError
+from farm.core import keys as hostkeys
+from farm.core.config import FarmConfig
+from farm.core.errors import ServiceError
+from farm.devices import tracker as tracker_mod
+from farm.pipeline.dispatch import queue_for
 from farm.store import open_store
 
 log = logging.getLogger(__name__)

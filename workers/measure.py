@@ -16,12 +16,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from farm import tracker as tracker_mod
-from farm.config import FarmConfig
-from farm.errors import ServiceError, TuneError
-from farm.extract import load_mod
-from farm.messages import RoundRequest, RoundResult
-from farm.profiles import DeviceProfile, resolve_profile
+from farm.core.config import FarmConfig
+from farm.core.errors import ServiceError, TuneError
+from farm.core.messages import RoundRequest, RoundResult
+from farm.core.profiles import DeviceProfile, resolve_profile
+from farm.devices import tracker as tracker_mod
+from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, TaskState
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class WorkerContext:
         if profile.export == "cross":
             import functools
 
-            from farm.cross import compiler, export_cross
+            from farm.devices.cross import compiler, export_cross
 
             f_export = functools.partial(export_cross, compiler(profile))
         slot = f"{profile.export}:{f_export.args[0] if f_export else ''}"
@@ -174,7 +174,7 @@ def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None
     """Refuse a round of a profile whose phones run on this host's CPU (`host_cpu`: emulated
     phones) when its target needs instructions this CPU lacks: every candidate would crash
     the phones, or be measured on code built for another CPU."""
-    from farm.hostcpu import missing_features, system_cpu
+    from farm.devices.hostcpu import missing_features, system_cpu
 
     if not profile.host_cpu:
         return
@@ -276,7 +276,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
                              ctx.host, counters, on_progress, runner)
     reference = None
     if profile.check_outputs and not single:
-        from farm.cross import build_reference
+        from farm.devices.cross import build_reference
 
         try:
             reference = build_reference(mod, target, profile, work_dir)

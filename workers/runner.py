@@ -25,8 +25,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from farm.profiles import DeviceProfile
-from farm.tracker import parse_addr
+from farm.core.profiles import DeviceProfile
+from farm.devices.tracker import parse_addr
 
 
 @derived_object

@@ -26,9 +26,9 @@ import threading
 import time
 from typing import Any
 
-from farm import finalize as finalize_stage
-from farm.dispatch import queued_round_ids, send_round
-from farm.messages import JobSpec, RoundRequest
+from farm.core.messages import JobSpec, RoundRequest
+from farm.pipeline import finalize as finalize_stage
+from farm.pipeline.dispatch import queued_round_ids, send_round
 from farm.store import RecordStore, TaskState
 from workers.fence import holder_is_dead
 

@@ -12,11 +12,11 @@ import logging
 import socket
 from typing import Any
 
-from farm import tracker as tracker_mod
-from farm.config import FarmConfig
-from farm.errors import ServiceError, UsageError
-from farm.extract import load_mod
-from farm.profiles import DeviceProfile
+from farm.core.config import FarmConfig
+from farm.core.errors import ServiceError, UsageError
+from farm.core.profiles import DeviceProfile
+from farm.devices import tracker as tracker_mod
+from farm.pipeline.extract import load_mod
 from farm.store import RecordStore
 from workers.measure import WorkerContext
 from workers.runner import classify_run_error

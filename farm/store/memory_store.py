@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from farm.messages import JobSpec, TuneTask
+from farm.core.messages import JobSpec, TuneTask
 from farm.store.store import (
     MEASURE_COUNTERS,
     RecordStore,

@@ -9,9 +9,9 @@ from typing import Any
 
 import redis
 
-from farm import keys
-from farm.errors import ServiceError, StoreError
-from farm.messages import JobSpec, TuneTask
+from farm.core import keys
+from farm.core.errors import ServiceError, StoreError
+from farm.core.messages import JobSpec, TuneTask
 from farm.store.store import (
     RecordStore,
     StoredRecord,

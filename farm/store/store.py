@@ -27,8 +27,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from farm.errors import StoreError
-from farm.messages import JobSpec, TuneTask, _Message
+from farm.core.errors import StoreError
+from farm.core.messages import JobSpec, TuneTask, _Message
 
 log = logging.getLogger(__name__)
 

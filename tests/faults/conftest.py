@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from farm import services
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 from farm.store import open_store
-from farm.tracker import wait_for_phones
 from tests.helpers import run_farm
 
 # short phone timeouts and rounds; the broker's visibility timeout and the host TTL are the
@@ -88,7 +88,7 @@ class Farm:
 
     def start_worker(self, h: int) -> services.Service:
         """Start host h's worker; return once its heartbeat is in the store."""
-        from farm import hosts
+        from farm.store import hosts
 
         worker = self.group.add(services.start_worker(
             self.trackers[h], self.redis, self.logs, name=f"worker{h}-{time.monotonic_ns()}",
@@ -165,7 +165,7 @@ def submit(farm: Farm, model: Path, out: Path, home: Path, trials: int = 8):
 
 def start_submit(farm: Farm, model: Path, out: Path, home: Path, trials: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "farm.cli", *submit_args(farm, model, out, trials)],
+        [sys.executable, "-m", "farm", *submit_args(farm, model, out, trials)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "FARM_HOME": str(home), **farm.env})
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from farm import keys
+from farm.core import keys
 from tests.faults.conftest import Farm, check_store, start_submit, tiny_model, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from farm import services
-from farm.tracker import wait_for_phones
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 from tests.faults.conftest import check_store, run_through_fault, submit, tiny_model, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from farm import arm64sim, services
+from farm.devices import arm64sim
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 from farm.store import open_store
-from farm.tracker import wait_for_phones
 from tests.helpers import run_farm
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm64]

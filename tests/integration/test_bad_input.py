@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import EXIT_CODES
-from farm.services import free_port
+from farm.core.errors import EXIT_CODES
+from farm.local.services import free_port
 from tests.helpers import alive, started_pids
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ class Row:
 
     id: str
     argv: tuple[str, ...]
-    code: str  # the name of the expected exit code (farm.errors.EXIT_CODES)
+    code: str  # the name of the expected exit code (farm.core.errors.EXIT_CODES)
     subject: tuple[str, ...]  # substrings of the error line (the subject, the fix)
     env: dict[str, str] = field(default_factory=dict)
     toml: str | None = None  # written to <tmp>/farm.toml, named by FARM_CONFIG
@@ -239,7 +239,7 @@ def run_row(row: Row, models: Path, root: Path) -> Ran:
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else tmp / "out"
     before = snapshot(out)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", *argv], cwd=tmp, env=env,
+    proc = subprocess.run([sys.executable, "-m", "farm", *argv], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=300)
     return Ran(proc.returncode, proc.stderr, time.monotonic() - t0, tmp, out, before)
 
@@ -289,10 +289,10 @@ def test_a_tracker_is_checked_for_phones_of_the_key_before_anything_is_sent(tmp_
     """The good side of the --tracker rows: a tracker that answers with a phone of the key
     passes; one without such a phone is refused (naming the keys it has) unless the job
     waits for devices; a port where no tracker answers is refused at once."""
-    from farm import services
-    from farm.errors import ServiceError
-    from farm.submit import check_tracker
-    from farm.tracker import wait_for_phones
+    from farm.core.errors import ServiceError
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
+    from farm.pipeline.preflight import check_tracker
 
     group = services.ServiceGroup()
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from farm import services
-from farm.tracker import wait_for_phones
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 from tests.helpers import run_farm
 
 pytestmark = pytest.mark.integration

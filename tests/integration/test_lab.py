@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from farm import services
+from farm.local import services
 from farm.store import open_store
 from tests.helpers import run_farm
 
@@ -40,7 +40,7 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
             group.add(svc)
             for i, key in enumerate(keys):
                 group.add(services.start_phone(addr, key, i, logs / host))
-            from farm.tracker import wait_for_phones
+            from farm.devices.tracker import wait_for_phones
 
             for key in keys:
                 wait_for_phones(addr, key, 1, timeout_s=60)
@@ -51,7 +51,7 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                 addr, redis_url, logs, name=host.split("@")[1], extra=["--hostname", host],
                 env={**env}))
         flower_port = services.free_port()
-        group.add(services.start("flower", [sys.executable, "-m", "farm.cli", "flower",
+        group.add(services.start("flower", [sys.executable, "-m", "farm", "flower",
                                             "--broker", redis_url, "--port", str(flower_port),
                                             "--auth", "lab:secret"], logs))
         os.environ["FARM_HOST_TTL_S"] = "6"
@@ -192,7 +192,7 @@ def test_two_jobs_sharing_a_workload_tune_it_once(lab, tmp_path):
     torch.export.save(torch.export.export(Shared().eval(), (torch.randn(8, 48),)), model)
     wait_devices(lab, tmp_path, {HOST1, HOST2})
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), **lab["env"]}
-    procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(model),
+    procs = [subprocess.Popen([sys.executable, "-m", "farm", "submit", str(model),
                                "--trials-per-task", "4", "--out", str(tmp_path / f"job{i}"),
                                "--tracker", lab["trackers"][HOST1], "--timeout", "600"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -267,7 +267,7 @@ def test_a_dead_client_is_taken_over_by_farm_wait(lab, tmp_path):
     store = open_store(lab["redis"])
     before = set(store.job_ids())
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), **lab["env"]}
-    client = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(model),
+    client = subprocess.Popen([sys.executable, "-m", "farm", "submit", str(model),
                                "--trials-per-task", "4", "--out", str(out),
                                "--tracker", lab["trackers"][HOST1]],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -310,8 +310,8 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
 
     from celery.result import AsyncResult
 
-    from farm.config import load_config
-    from farm.dispatch import make_app
+    from farm.core.config import load_config
+    from farm.pipeline.dispatch import make_app
 
     model = mlp_model(tmp_path / "progress.pt2", [30, 15])
     wait_devices(lab, tmp_path, {HOST1, HOST2})

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import services
+from farm.local import services
 from tests.helpers import Netns, netns_unavailable, run_farm_in
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ ENV = {"FARM_BROKER_URL": BROKER, "FARM_ROUND_TRIALS": "2"}
 
 
 def farm_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "farm.cli", *args]
+    return [sys.executable, "-m", "farm", *args]
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float,
@@ -58,7 +58,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float,
 
 def wait_ports_in(ns: Netns, name: str, *addrs: tuple[str, int]) -> None:
     """Wait until something listens at each address, seen from inside namespace `name`."""
-    code = ("import sys; from farm.services import wait_port; "
+    code = ("import sys; from farm.local.services import wait_port; "
             "[wait_port(a, int(p), 60) for a, p in zip(sys.argv[1::2], sys.argv[2::2])]")
     proc = subprocess.run([*ns.argv(name), sys.executable, "-c", code,
                            *[str(x) for addr in addrs for x in addr]],

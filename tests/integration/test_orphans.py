@@ -11,14 +11,14 @@ import time
 import psutil
 import pytest
 
-from farm.embedded import reap_orphans
+from farm.local.embedded import reap_orphans
 
 pytestmark = pytest.mark.integration
 
 LAUNCHER = r"""
 import sys, time
 from pathlib import Path
-from farm import services
+from farm.local import services
 home = Path(sys.argv[1])
 log_dir = home / "logs" / str(__import__("os").getpid())
 group = services.ServiceGroup(pid_file=log_dir / "pids")

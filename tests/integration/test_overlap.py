@@ -11,9 +11,9 @@ from datetime import datetime
 
 import pytest
 
-from farm import services
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 from farm.store import open_store
-from farm.tracker import wait_for_phones
 from tests.helpers import run_farm
 
 pytestmark = pytest.mark.integration

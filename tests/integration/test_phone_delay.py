@@ -1,4 +1,4 @@
-"""The benchmarks' slow phone (farm/phone.py): a real RPC server that adds a fixed delay to
+"""The benchmarks' slow phone (farm/devices/phone.py): a real RPC server that adds a fixed delay to
 every measurement session, and an unslowed one for comparison, side by side."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from farm import services
-from farm.tracker import wait_for_phones
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import services
+from farm.local import services
 from farm.store import open_store
 from tests.helpers import alive, ctrl_c_works, run_farm, started_pids
 
@@ -42,7 +42,7 @@ def interrupt_after(args: list[str], home: Path, records: int) -> str:
     # phones that take 0.3 s more a measurement: the job is still running when it is stopped
     env = {**os.environ, "FARM_HOME": str(home), "FARM_PHONE_DELAY_S": "0.3"}
     env.pop("FARM_BROKER_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "farm", *args], env=env,
                             preexec_fn=ctrl_c_works,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

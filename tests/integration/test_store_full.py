@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from farm import services
-from farm.errors import StoreError
+from farm.core.errors import StoreError
+from farm.local import services
 from farm.store import StoredRecord, open_store
 
 pytestmark = pytest.mark.integration

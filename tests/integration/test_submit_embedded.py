@@ -34,7 +34,7 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("runs") / "first"
     env = {**os.environ, "FARM_HOME": str(home)}
     env.pop("FARM_BROKER_URL", None)
-    popen = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit",
+    popen = subprocess.Popen([sys.executable, "-m", "farm", "submit",
                               str(example_models / "resnet.pt2"), "--trials-per-task", "4",
                               "--round-trials", "4", "--out", str(out), "--timeout", "1500"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -57,7 +57,7 @@ def test_submit_tunes_compiles_and_checks(first_run):
                   "numerics_ok", "wall_s", "schedules"):
         assert field in summary
     assert summary["device_key"] == "cpu-local"
-    from farm.hostcpu import system_cpu
+    from farm.devices.hostcpu import system_cpu
 
     assert summary["target"].get("mcpu") == system_cpu()  # tuned for this very CPU
     tasks = summary["tasks"]

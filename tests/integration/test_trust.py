@@ -54,7 +54,7 @@ def poisoned(tmp_path_factory: pytest.TempPathFactory):
 
     env = {**os.environ, "FARM_HOME": str(root / "b")}
     env.pop("FARM_BROKER_URL", None)
-    job = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(model),
+    job = subprocess.Popen([sys.executable, "-m", "farm", "submit", str(model),
                             "--trials-per-task", "4", "--round-trials", "4", "--out",
                             str(root / "b-out")], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
@@ -69,7 +69,7 @@ def poisoned(tmp_path_factory: pytest.TempPathFactory):
             time.sleep(0.5)
             continue
         kids = psutil.Process(job.pid).children(recursive=True)
-        if not any("farm.cli" in " ".join(k.cmdline()) for k in kids if k.is_running()):
+        if not any("-m farm " in " ".join(k.cmdline()) for k in kids if k.is_running()):
             time.sleep(0.5)  # the worker is not up yet
             continue
         for k in kids:

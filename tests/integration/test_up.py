@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from farm.services import free_port
+from farm.local.services import free_port
 from tests.helpers import ctrl_c_works, run_farm
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_REDIS_PASSWORD": "s3cret",
            "FARM_FLOWER_AUTH": "admin:pw"}
     env.pop("FARM_BROKER_URL", None)
-    up = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--redis-port", str(redis_port),
+    up = subprocess.Popen([sys.executable, "-m", "farm", "up", "--redis-port", str(redis_port),
                            "--flower-port", str(flower_port), "--tracker-port", str(tracker_port),
                            "--phones", "1"], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from farm import cache
-from farm.extract import workload_key
-from farm.messages import TuneTask
-from farm.profiles import resolve_profile
+from farm.client import cache
+from farm.core.messages import TuneTask
+from farm.core.profiles import resolve_profile
+from farm.pipeline.extract import workload_key
 from farm.store import StoredRecord, candidate_hash, open_store
 
 
@@ -78,7 +78,7 @@ def test_export_then_import_keeps_keys_and_best(tmp_path: Path, n: int):
 
 
 def test_import_refuses_a_folder_that_is_no_database(tmp_path: Path):
-    from farm.errors import UsageError
+    from farm.core.errors import UsageError
 
     with pytest.raises(UsageError, match="database_workload.json"):
         cache.import_log(open_store("memory://"), tmp_path, resolve_profile("cpu-local"))

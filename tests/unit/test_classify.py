@@ -67,8 +67,8 @@ def test_a_candidate_with_a_wrong_output_is_a_wrong_answer(tmp_path):
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
     from tvm.support.tar import tar
 
-    from farm.cross import build_reference
-    from farm.profiles import resolve_profile
+    from farm.core.profiles import resolve_profile
+    from farm.devices.cross import build_reference
     from workers.runner import checked_run_evaluator
 
     target = tvm.target.Target({"kind": "llvm"})

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from farm import cli
-from farm.errors import EXIT_CODES, ServiceError, StoreError
-from farm.services import free_port
-from farm.submit import SubmitOptions, preflight
+from farm.client import cli
+from farm.core.errors import EXIT_CODES, ServiceError, StoreError
+from farm.local.services import free_port
+from farm.pipeline.options import SubmitOptions
+from farm.pipeline.preflight import preflight
 
 
 @pytest.fixture(autouse=True)
@@ -175,7 +176,7 @@ def opts(model: Path, out: Path, **changes) -> SubmitOptions:
 
 
 def test_preflight_passes_good_input_of_every_kind(tmp_path, models):
-    from farm.config import load_config
+    from farm.core.config import load_config
 
     toml = tmp_path / "farm.toml"
     toml.write_text('[profiles.pixel7]\ntarget = { kind = "llvm" }\nthreads = 2\n')
@@ -202,8 +203,8 @@ def test_a_lab_farm_is_asked_for_its_keys_before_the_model_is_read(tmp_path, mod
                                                                   clean_redis):
     import redis
 
-    from farm import hosts
-    from farm.config import load_config
+    from farm.core.config import load_config
+    from farm.store import hosts
 
     config = load_config({"broker_url": clean_redis, "device_key": "lab-b"},
                          env={"FARM_HOME": str(tmp_path / "home")})

@@ -1,8 +1,8 @@
 import pytest
 
-from farm.config import load_config
-from farm.errors import UsageError
-from farm.profiles import BUILTIN_PROFILES, known_keys, resolve_profile
+from farm.core.config import load_config
+from farm.core.errors import UsageError
+from farm.core.profiles import BUILTIN_PROFILES, known_keys, resolve_profile
 
 
 def test_precedence_flag_over_env_over_file_over_default(tmp_path):
@@ -153,7 +153,7 @@ def test_a_malformed_broker_url_is_refused_without_its_password(url, needle):
 def test_host_ttl_is_read_when_asked_not_at_import(monkeypatch):
     import importlib
 
-    from farm import keys
+    from farm.core import keys
 
     monkeypatch.setenv("FARM_HOST_TTL_S", "abc")
     importlib.reload(keys)  # importing never fails on a bad value (it used to crash)

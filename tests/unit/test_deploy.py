@@ -46,7 +46,7 @@ def test_worker_side_imports_without_torch():
     """Worker hosts install no torch: nothing on the worker's path may import it."""
     code = ("import sys; sys.modules['torch'] = None\n"
             "import workers.app, workers.measure, workers.main, workers.heartbeat\n"
-            "import farm.cli, farm.compile, farm.finalize, farm.extract, farm.doctor\n")
+            "import farm.client.cli, farm.pipeline.compile, farm.pipeline.finalize, farm.pipeline.extract, farm.client.doctor\n")
     import sys
 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from farm import embedded
-from farm.errors import ServiceError
+from farm.core.errors import ServiceError
+from farm.local import embedded
 
 
 def test_a_farm_waits_while_a_status_command_holds_the_home(tmp_path: Path):

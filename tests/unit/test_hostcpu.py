@@ -7,11 +7,11 @@ import platform
 
 import pytest
 
-from farm.errors import TuneError, UsageError
-from farm.extract import workload_key
-from farm.hostcpu import cpu_for_key, missing_features, system_cpu
-from farm.hosts import HostBeat
-from farm.profiles import resolve_profile
+from farm.core.errors import TuneError, UsageError
+from farm.core.profiles import resolve_profile
+from farm.devices.hostcpu import cpu_for_key, missing_features, system_cpu
+from farm.pipeline.extract import workload_key
+from farm.store.hosts import HostBeat
 
 x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 CPU names")
 

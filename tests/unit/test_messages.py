@@ -1,7 +1,7 @@
 import pytest
 
-from farm.errors import StoreError
-from farm.messages import JobSpec, RoundRequest, RoundResult, TuneTask
+from farm.core.errors import StoreError
+from farm.core.messages import JobSpec, RoundRequest, RoundResult, TuneTask
 from farm.store import StoredRecord, TaskState
 
 SAMPLES = [

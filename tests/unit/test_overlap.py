@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from farm.config import load_config
-from farm.tracker import KeyInfo, phones_on_this_host, this_host_addresses
+from farm.core.config import load_config
+from farm.devices.tracker import KeyInfo, phones_on_this_host, this_host_addresses
 
 
 def test_phones_on_loopback_or_this_hosts_addresses_share_its_cores():

@@ -1,5 +1,5 @@
-from farm.messages import TuneTask
-from farm.plan import plan
+from farm.core.messages import TuneTask
+from farm.pipeline.plan import plan
 from farm.store import StoredRecord, open_store
 
 
@@ -22,7 +22,7 @@ def test_plan_asks_only_for_missing_trials():
 
 
 def test_stopped_early():
-    from farm.plan import stopped_early
+    from farm.pipeline.plan import stopped_early
 
     assert not stopped_early([10.0, 9.0], 2)
     assert stopped_early([10.0, 9.0, 9.0, 9.0], 2)
@@ -31,7 +31,7 @@ def test_stopped_early():
 
 
 def test_next_task_prefers_weighty_slow_improving_tasks():
-    from farm.plan import next_task
+    from farm.pipeline.plan import next_task
 
     ready = {"small": (1, [10.0, 9.9]), "heavy": (4, [100.0, 50.0]), "failed": (9, [])}
     assert next_task(ready) == "heavy"

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from farm.profiles import resolve_profile
+from farm.core.profiles import resolve_profile
 from farm.store import StoredRecord, candidate_hash, open_store
 from tests.unit.test_cache import matmul_mod
 
@@ -18,8 +18,8 @@ def seed(store, n: int = 64, count: int = 120):
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from farm.extract import workload_key
-    from farm.messages import TuneTask
+    from farm.core.messages import TuneTask
+    from farm.pipeline.extract import workload_key
 
     profile = resolve_profile("cpu-local", {})
     mod = matmul_mod(n)

@@ -3,9 +3,9 @@ farm's own Celery app and kombu transport settings)."""
 
 from __future__ import annotations
 
-from farm.config import load_config
-from farm.dispatch import make_app, queue_for, queued_rounds, send_round
-from farm.messages import PRIORITIES, RoundRequest
+from farm.core.config import load_config
+from farm.core.messages import PRIORITIES, RoundRequest
+from farm.pipeline.dispatch import make_app, queue_for, queued_rounds, send_round
 
 
 def round_of(job: str, priority: str, i: int) -> RoundRequest:

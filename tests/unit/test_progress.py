@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from farm.messages import JobSpec
-from farm.progress import job_view, render
+from farm.client.progress import job_view, render
+from farm.core.messages import JobSpec
 from farm.store import StoredRecord, TaskState, open_store
 
 

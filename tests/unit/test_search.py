@@ -66,7 +66,7 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
 def test_stored_candidates_are_not_measured_again_and_a_cold_workload_starts_at_random():
     import tvm
 
-    from farm.messages import TuneTask
+    from farm.core.messages import TuneTask
 
     store = open_store("memory://")
     mod = matmul_mod(32)

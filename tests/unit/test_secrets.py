@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from farm.errors import UsageError
-from farm.secrets import secret
+from farm.core.errors import UsageError
+from farm.core.secrets import secret
 
 
 def test_a_secret_comes_from_the_variable_or_a_private_file(tmp_path):
@@ -38,7 +38,7 @@ def test_a_missing_or_empty_file_is_a_clear_error(tmp_path):
 
 
 def test_the_config_reads_the_broker_url_from_a_private_file(tmp_path):
-    from farm.config import load_config
+    from farm.core.config import load_config
 
     path = tmp_path / "broker"
     path.write_text("redis://:pw@127.0.0.1:6390/0\n")

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from farm import keys
-from farm.messages import JobSpec, TuneTask
+from farm.core import keys
+from farm.core.messages import JobSpec, TuneTask
 from farm.store import StoredRecord, TaskState, candidate_hash, is_better, open_store
 
 
@@ -201,7 +201,7 @@ def test_active_jobs_and_one_supervisor_leads(store):
 # --- trust: valid times, unverified imports, records from another TVM, removal -------------
 @pytest.mark.parametrize("bad", [0.0, -3.0, float("nan"), float("inf"), -float("inf"), 1e17])
 def test_a_time_that_is_not_finite_and_positive_is_refused(store, bad):
-    from farm.errors import StoreError
+    from farm.core.errors import StoreError
 
     assert store.add_record(rec("good", 40.0))
     with pytest.raises(StoreError, match="not a finite number > 0"):

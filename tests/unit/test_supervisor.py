@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from farm.messages import JobSpec, RoundRequest
+from farm.core.messages import JobSpec, RoundRequest
 from farm.store import TaskState, open_store
 from workers.fence import POISON_AFTER, RoundFence
 from workers.supervisor import Supervisor

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from farm.errors import UsageError
+from farm.core.errors import UsageError
 
 PREFIX = "tunefarm"
 JOB_TTL_S = 30 * 24 * 3600
@@ -135,7 +135,7 @@ def host_ttl_s(env: Mapping[str, str] | None = None) -> int:
     """FARM_HOST_TTL_S (default 30): a host whose heartbeat is older than this many seconds
     has left the farm, and a running round's lease expires this long after its process died.
     Read when asked (as `HOST_TTL_S`), never at import: a bad value is a clear UsageError
-    where the config is loaded, not a crash of every `import farm.keys`."""
+    where the config is loaded, not a crash of every `import farm.core.keys`."""
     text = (os.environ if env is None else env).get("FARM_HOST_TTL_S", "").strip()
     if text == "":
         return DEFAULT_HOST_TTL_S

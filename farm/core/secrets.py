@@ -12,7 +12,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from farm.errors import UsageError
+from farm.core.errors import UsageError
 
 SECRET_VARS = ("FARM_BROKER_URL", "FARM_REDIS_URL", "FARM_FLOWER_AUTH", "FARM_REDIS_PASSWORD")
 

@@ -1,6 +1,6 @@
 """An emulated phone that is slower per measurement, like a real one.
 
-    python -m farm.phone --tracker HOST:PORT --key KEY --delay-s 0.5 [--host H --port P]
+    python -m farm.devices.phone --tracker HOST:PORT --key KEY --delay-s 0.5 [--host H --port P]
                          [--advertise ADDR]
 
 A TVM RPC server (the same as `python -m tvm.exec.rpc_server`) that sleeps
@@ -21,7 +21,7 @@ import logging
 import socket
 import time
 
-from farm.errors import UsageError
+from farm.core.errors import UsageError
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -59,7 +59,7 @@ def advertised_address(host: str, advertise: str | None, tracker: str) -> str | 
 def _on_this_machine(host: str) -> bool:
     if is_loopback(host):
         return True
-    from farm.tracker import this_host_addresses
+    from farm.devices.tracker import this_host_addresses
 
     try:
         resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
@@ -91,7 +91,7 @@ def _slow_sessions(delay_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m farm.phone")
+    p = argparse.ArgumentParser(prog="python -m farm.devices.phone")
     p.add_argument("--tracker", required=True)
     p.add_argument("--key", required=True)
     p.add_argument("--host", default="127.0.0.1")

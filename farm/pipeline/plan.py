@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from farm.messages import TuneTask
+from farm.core.messages import TuneTask
 from farm.store import RecordStore
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.errors import ServiceError, UsageError
+from farm.core.errors import ServiceError, UsageError
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -201,18 +201,18 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
                 delay_s: float = 0.0, advertise: str | None = None) -> Service:
     """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
     under `key` with the address workers connect to: `advertise`, else `host` (see
-    farm.phone.advertised_address; raises UsageError for one no worker could reach). With
-    arch "arm64" it runs aarch64 TVM under qemu (farm/arm64sim.py; set up once in `home`).
-    With `delay_s`, every measurement session takes that much longer (farm/phone.py)."""
-    from farm.phone import advertised_address
+    farm.devices.phone.advertised_address; raises UsageError for one no worker could reach). With
+    arch "arm64" it runs aarch64 TVM under qemu (farm/devices/arm64sim.py; set up once in `home`).
+    With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py)."""
+    from farm.devices.phone import advertised_address
 
     addr = advertised_address(host, advertise, tracker)
     port = free_port(host)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
     if arch == "arm64":
-        from farm import arm64sim
-        from farm.config import default_home
+        from farm.core.config import default_home
+        from farm.devices import arm64sim
 
         python = arm64sim.python_argv(arm64sim.prepare(home or default_home()))
         env = arm64sim.phone_env(threads)
@@ -223,7 +223,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
             raise UsageError("phone_delay_s is for emulated phones of this machine's "
                              "architecture", subject=f"arch {arch}")
         return start(f"phone-{key}-{index}",
-                     [*python, "-m", "farm.phone", "--tracker", tracker, "--key", key,
+                     [*python, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       "--delay-s", str(delay_s), *(["--advertise", addr] if addr else [])],
                      log_dir, env)
@@ -238,7 +238,7 @@ def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "work
                  extra: list[str] | None = None, env: dict[str, str] | None = None) -> Service:
     """`farm worker` on `tracker`; the broker URL (with its password) goes in its
     environment, not on its command line."""
-    return start(name, [sys.executable, "-m", "farm.cli", "worker", "--tracker", tracker,
+    return start(name, [sys.executable, "-m", "farm", "worker", "--tracker", tracker,
                         *(extra or [])], log_dir,
                  {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
-from farm.errors import StoreError
+from farm.core.errors import StoreError
 
 SCHEMA = 1
 # --priority -> the broker's priority. kombu's Redis transport serves its priority steps

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm.messages import JobSpec
+from farm.core.messages import JobSpec
 from farm.store import RecordStore, TaskState
 from farm.store.store import MEASURE_COUNTERS, total_counts
 
@@ -88,4 +88,53 @@ def render(view: dict[str, Any], width: int = 48) -> str:
     if m.get("measurements"):
         lines.append(f"  phone measurements: {m['measurements']} ({m['new']} new records, "
                      f"{m['duplicates']} measured twice, {m['device_lost']} device lost)")
+    return "\n".join(lines)
+
+
+class LiveView:
+    """The per-task view of a job, redrawn in place on a terminal at every poll (what
+    `farm submit` shows while the workers measure)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        import sys
+
+        self.stream = stream if stream is not None else sys.stderr
+        self.drawn = 0  # lines of the view on screen
+
+    def __call__(self, store: RecordStore, job: JobSpec) -> None:
+        text = render(job_view(store, job))
+        self.stream.write((f"\x1b[{self.drawn}A\x1b[J" if self.drawn else "") + text + "\n")
+        self.stream.flush()
+        self.drawn = text.count("\n") + 1
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    rows = [("task", "trials", "from store", "best us", "state")]
+    for t in summary["tasks"]:
+        best = f"{t['best_us']:.1f}" if t["best_us"] is not None else "-"
+        rows.append((t["name"][:48], str(t["trials_measured"]), str(t["trials_from_store"]),
+                     best, t["state"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lat = summary["latency_us"]
+    lines.append("")
+    foreign = "target" in summary and "mtriple" in summary["target"]
+    torch_where = " (torch on this machine's CPU: not comparable)" if foreign else ""
+    lines.append(f"latency (us, {summary['threads']} thread(s), {summary['measured_on']}): "
+                 f"torch {lat['torch']:.1f}  untuned {lat['untuned']:.1f}  tuned {lat['tuned']:.1f}"
+                 f"{torch_where}")
+    vs_torch = "" if foreign else f", {summary['speedup']['tuned_vs_torch']:.2f}x vs torch"
+    lines.append(f"speed-up: {summary['speedup']['tuned_vs_untuned']:.2f}x vs untuned"
+                 f"{vs_torch}; numerics "
+                 f"{'match torch' if summary['numerics_ok'] else 'DO NOT match torch'} "
+                 f"(max abs err {summary['max_abs_err']:.2e})")
+    single = [t for t in summary["tasks"] if t.get("single_schedule")]
+    if single:
+        lines.append(f"{len(single)} task(s) have one possible schedule: measured once, "
+                     "not searched")
+    fb = summary["schedules"]["fallback"]
+    if fb:
+        lines.append(f"default schedule for {len(fb)} function(s): "
+                     + "; ".join(f"{k} ({v})" for k, v in fb.items()))
+    lines.append(f"wall time {summary['wall_s']:.0f} s, job {summary['job_id']}")
     return "\n".join(lines)

@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from farm.errors import ExtractError
-from farm.messages import TuneTask
-from farm.profiles import DeviceProfile, canonical_target
+from farm.core.errors import ExtractError
+from farm.core.messages import TuneTask
+from farm.core.profiles import DeviceProfile, canonical_target
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from farm.errors import EXIT_INTERRUPTED, FarmError, UsageError
+from farm.core.errors import EXIT_INTERRUPTED, FarmError, UsageError
 
 
 def _config(args: argparse.Namespace, **flags: Any) -> Any:
-    from farm.config import load_config
+    from farm.core.config import load_config
 
     return load_config(flags, config_file=getattr(args, "config", None))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from farm.submit import SubmitOptions, submit
+    from farm.pipeline.job import SubmitOptions, submit
 
     config = _config(args, device_key=args.device_key, round_trials=args.round_trials,
                      phones=args.phones, broker_url=args.broker)
@@ -42,9 +42,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
         wait_for_devices_s=args.wait_for_devices or 0.0, priority=args.priority,
-        live=sys.stderr.isatty(),
     )
-    return _print_summary(submit(opts, config, report=_progress), opts.out)
+    return _print_summary(submit(opts, config, report=_progress, view=_live_view()), opts.out)
+
+
+def _live_view() -> Any:
+    """The live per-task view on a terminal; None (a line per change) otherwise."""
+    from farm.client.progress import LiveView
+
+    return LiveView() if sys.stderr.isatty() else None
 
 
 def _progress(line: str) -> None:
@@ -52,7 +58,7 @@ def _progress(line: str) -> None:
 
 
 def _print_summary(summary: dict[str, Any], out: Path) -> int:
-    from farm.submit import format_table
+    from farm.client.progress import format_table
 
     if "tasks" not in summary:
         print(json.dumps(summary))
@@ -64,16 +70,16 @@ def _print_summary(summary: dict[str, Any], out: Path) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a job from the records in the store: only what is missing is measured."""
-    from farm.submit import SubmitOptions, submit
+    from farm.pipeline.job import SubmitOptions, submit
 
     with _store(args) as store:
         job = store.require_job(args.job)
     config = _config(args, broker_url=args.broker, device_key=job.device_key,
                      round_trials=job.round_trials)
     opts = SubmitOptions.from_job(job, out=Path(args.out) if args.out else None, force=True,
-                                  timeout_s=args.timeout, wait=not args.no_wait,
-                                  live=sys.stderr.isatty())
-    return _print_summary(submit(opts, config, report=_progress, resume=job.job_id), opts.out)
+                                  timeout_s=args.timeout, wait=not args.no_wait)
+    return _print_summary(submit(opts, config, report=_progress, resume=job.job_id,
+                                 view=_live_view()), opts.out)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -94,13 +100,13 @@ def cmd_tracker(args: argparse.Namespace) -> int:
 
 
 def cmd_phones(args: argparse.Namespace) -> int:
-    from farm import services
+    from farm.local import services
 
     log_dir = Path(args.log_dir)
     group = services.ServiceGroup()
     try:
         home = Path(_config(args).home)
-        from farm.phone import advertised_address
+        from farm.devices.phone import advertised_address
 
         shown = (advertised_address(args.host, args.advertise, args.tracker)
                  or "the address they reach the tracker from")
@@ -108,7 +114,7 @@ def cmd_phones(args: argparse.Namespace) -> int:
             group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
                                            host=args.host, arch=args.arch, home=home,
                                            advertise=args.advertise))
-        from farm.tracker import wait_for_phones
+        from farm.devices.tracker import wait_for_phones
 
         wait_for_phones(args.tracker, args.key, args.count, timeout_s=300 if args.arch else 60)
         print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker}, "
@@ -124,7 +130,7 @@ def cmd_phones(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _store(args: argparse.Namespace) -> Iterator[Any]:
     """The lab farm's store, or the embedded farm's (its Redis started for this command)."""
-    from farm.embedded import embedded_store_url
+    from farm.local.embedded import embedded_store_url
     from farm.store import open_store
 
     config = _config(args, broker_url=getattr(args, "broker", None))
@@ -142,7 +148,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace, store: Any) -> int:
-    from farm.progress import job_view, render
+    from farm.client.progress import job_view, render
 
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     live = getattr(args, "watch", False)
@@ -162,8 +168,8 @@ def _status(args: argparse.Namespace, store: Any) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from farm import report
-    from farm.errors import StoreError
+    from farm.core.errors import StoreError
+    from farm.pipeline import report
 
     out = Path(args.out)
     try:
@@ -178,7 +184,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from farm.doctor import run_checks
+    from farm.client.doctor import run_checks
 
     config = _config(args, broker_url=args.broker)
     checks = run_checks(config, args.tracker, args.device_key or config.device_key)
@@ -198,7 +204,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from farm.submit import follow
+    from farm.pipeline.job import follow
 
     config = _config(args, broker_url=args.broker)
     out = Path(args.out) if args.out else None
@@ -211,7 +217,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.action == "verify":
         return _cache_verify(args)
     if args.action == "import":  # a wrong folder is refused before the store is opened
-        from farm.cache import check_log_dir
+        from farm.client.cache import check_log_dir
 
         if not args.arg:
             raise UsageError("farm cache import needs a JSONDatabase folder")
@@ -222,9 +228,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Measure the stored bests again on a phone of the key and print the drift."""
-    from farm.profiles import resolve_profile
+    from farm.core.profiles import resolve_profile
+    from farm.pipeline.job import target_cpu
     from farm.store import open_store
-    from farm.submit import target_cpu
     from workers.verify import DRIFT_WARN, verify_bests
 
     config = _config(args, broker_url=args.broker, device_key=args.device_key)
@@ -239,7 +245,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         with _store(args) as store:
             rows = verify_bests(store, args.tracker, profile, config, wks)
     else:
-        from farm.embedded import embedded_farm
+        from farm.local.embedded import embedded_farm
 
         with embedded_farm(config) as farm:
             store = open_store(farm.broker_url)
@@ -264,8 +270,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace, store: Any) -> int:
-    from farm import cache
-    from farm.profiles import resolve_profile
+    from farm.client import cache
+    from farm.core.profiles import resolve_profile
 
     if args.action == "ls":
         rows = cache.entries(store, args.device_key)
@@ -294,7 +300,7 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
             raise UsageError("farm cache import needs a JSONDatabase folder")
         from dataclasses import replace
 
-        from farm.submit import target_cpu
+        from farm.pipeline.job import target_cpu
 
         config = _config(args, broker_url=getattr(args, "broker", None))
         key = args.device_key or config.device_key
@@ -329,9 +335,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     """A whole lab farm as local processes in the foreground: Redis (AOF), Flower, a tracker,
     emulated phones and a worker. Ctrl-C stops them all."""
 
-    from farm import services
-    from farm.secrets import secret
-    from farm.tracker import wait_for_phones
+    from farm.core.secrets import secret
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
 
     args.redis_password = args.redis_password or secret("FARM_REDIS_PASSWORD")
     args.flower_auth = args.flower_auth or secret("FARM_FLOWER_AUTH")
@@ -395,8 +401,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
     config = _config(args, broker_url=args.broker)
     if not config.broker_url:
         raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
-    from farm.secrets import secret
-    from farm.services import is_loopback
+    from farm.core.secrets import secret
+    from farm.local.services import is_loopback
 
     auth = args.auth or secret("FARM_FLOWER_AUTH")
     if auth is None and not is_loopback(args.address):
@@ -408,7 +414,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from farm import hosts
+    from farm.store import hosts
 
     with _store(args) as store:
         found = hosts.list_hosts(store.r)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from farm.errors import UsageError
-from farm.profiles import DeviceProfile
+from farm.core.errors import UsageError
+from farm.core.profiles import DeviceProfile
 
 
 def compiler(profile: DeviceProfile) -> str:

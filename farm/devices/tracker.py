@@ -6,7 +6,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from farm.errors import ServiceError
+from farm.core.errors import ServiceError
 
 
 @dataclass(frozen=True)

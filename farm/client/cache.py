@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm.errors import StoreError, UsageError
-from farm.extract import workload_key
-from farm.finalize import write_best_log
-from farm.messages import TuneTask
-from farm.profiles import DeviceProfile
+from farm.core.errors import StoreError, UsageError
+from farm.core.messages import TuneTask
+from farm.core.profiles import DeviceProfile
+from farm.pipeline.extract import workload_key
+from farm.pipeline.finalize import write_best_log
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import FAILED_RUN_SECS
 

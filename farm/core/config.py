@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import tomllib
 
-from farm.errors import UsageError
+from farm.core.errors import UsageError
 
 
 def default_home() -> Path:
@@ -244,10 +244,10 @@ def load_config(
         for k, v in farm.items():
             sources[k] = f"{path} [farm] {k}"
             values[k] = _coerce(k, v, sources[k], typed=True)
-        from farm.profiles import check_overrides
+        from farm.core.profiles import check_overrides
 
         values["profiles"] = check_overrides(data.get("profiles", {}), str(path))
-    from farm.secrets import SECRET_VARS, secret
+    from farm.core.secrets import SECRET_VARS, secret
 
     for name, var in _ENV.items():
         if var in SECRET_VARS and not env.get(var) and env.get(f"{var}_FILE"):
@@ -260,7 +260,7 @@ def load_config(
         if value is not None:
             sources[name] = _FLAGS.get(name, "--" + name.replace("_", "-"))
             values[name] = _coerce(name, value, sources[name])
-    from farm import keys
+    from farm.core import keys
 
     keys.host_ttl_s(env)  # FARM_HOST_TTL_S: refused here, at start-up, when it is no number
     return FarmConfig(**values).validate(sources)

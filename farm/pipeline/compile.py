@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from farm.errors import CompileError
+from farm.core.errors import CompileError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from farm.errors import UsageError
+from farm.core.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from farm.config import FarmConfig
-from farm.messages import PRIORITIES, RoundRequest, logical_of
+from farm.core.config import FarmConfig
+from farm.core.messages import PRIORITIES, RoundRequest, logical_of
 
 ROUND_TASK = "tunefarm.round"
 PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step

@@ -14,9 +14,9 @@ import logging
 import time
 from pathlib import Path
 
-from farm.errors import StoreError
-from farm.extract import load_mod
-from farm.messages import JobSpec, TuneTask
+from farm.core.errors import StoreError
+from farm.core.messages import JobSpec, TuneTask
+from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)

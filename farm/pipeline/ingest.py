@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from farm.errors import ExtractError, IngestError, UsageError
+from farm.core.errors import ExtractError, IngestError, UsageError
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from farm import services
-from farm.config import FarmConfig
-from farm.errors import ServiceError
+from farm.core.config import FarmConfig
+from farm.core.errors import ServiceError
+from farm.local import services
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class EmbeddedFarm:
 
 def config_env(config: FarmConfig) -> dict[str, str]:
     """The FARM_* environment that gives a child process the same config."""
-    from farm.config import _ENV
+    from farm.core.config import _ENV
 
     env = {}
     for name, var in _ENV.items():
@@ -49,7 +49,7 @@ def config_env(config: FarmConfig) -> dict[str, str]:
     return env
 
 
-_OURS = ("tvm.exec", "farm.phone", "redis-server", "farm.cli", "celery")
+_OURS = ("tvm.exec", "farm.devices.phone", "redis-server", "-m farm ", "celery")
 
 
 def reap_orphans(home: Path) -> list[int]:
@@ -227,7 +227,7 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
             group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
                                            arch=arch, home=home,
                                            delay_s=config.phone_delay_s))
-        from farm.tracker import wait_for_phones
+        from farm.devices.tracker import wait_for_phones
 
         # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
         wait_for_phones(tracker, config.device_key, config.phones,

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from farm import keys
-from farm.messages import _Message
+from farm.core import keys
+from farm.core.messages import _Message
 
 
 @dataclass(frozen=True)

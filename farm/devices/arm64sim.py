@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from farm.errors import ServiceError
+from farm.core.errors import ServiceError
 
 log = logging.getLogger(__name__)
 

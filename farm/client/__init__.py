@@ -1,0 +1,1 @@
+"""What a person runs and reads: the `farm` command, status and progress, the record cache, doctor."""

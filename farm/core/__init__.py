@@ -1,0 +1,1 @@
+"""The shared contracts: configuration, errors, Redis keys, messages, device profiles, secrets."""

@@ -1,0 +1,54 @@
+"""The farm a job runs on: the lab farm at the configured broker, or an embedded one
+started for the job's lifetime."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from farm.core.config import FarmConfig
+from farm.core.profiles import resolve_profile
+from farm.pipeline.dispatch import make_app
+from farm.pipeline.preflight import check_embedded, wait_for_devices
+from farm.store import RecordStore, open_store
+
+
+@dataclass
+class Farm:
+    """A connection to a running farm (embedded or lab)."""
+
+    store: RecordStore
+    app: Any
+    tracker: str | None
+    check_alive: Callable[[], None]
+    embedded: bool
+
+
+@contextlib.contextmanager
+def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
+            require_devices: bool = True) -> Iterator[Farm]:
+    """The farm to submit to: the lab farm at config.broker_url, or an embedded one."""
+    if config.broker_url:
+        store = open_store(config.store_url)
+        store.ping()
+        if require_devices:
+            wait_for_devices(store, config.device_key, wait_s)
+        yield Farm(store=store, app=make_app(config), tracker=tracker,
+                   check_alive=lambda: None, embedded=False)
+        store.close()
+        return
+    from farm.local.embedded import embedded_farm
+
+    profile = resolve_profile(config.device_key, config.profiles)
+    check_embedded(profile)
+    with embedded_farm(config, threads=profile.threads, arch=profile.emulate) as farm:
+        cfg = replace(config, broker_url=farm.broker_url)
+        store = open_store(farm.broker_url)
+        store.ping()
+        try:
+            yield Farm(store=store, app=make_app(cfg), tracker=farm.tracker,
+                       check_alive=farm.group.check_alive, embedded=True)
+        finally:
+            store.close()

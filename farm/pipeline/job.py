@@ -1,0 +1,278 @@
+"""A whole job, stage by stage: preflight -> ingest -> extract -> plan -> dispatch -> wait ->
+finalize -> compile -> report.
+
+`submit` is what `farm submit` runs. With no broker configured it brings up the
+embedded farm for the job's lifetime; with one it only talks to the lab farm."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from farm.core.config import FarmConfig
+from farm.core.errors import UsageError
+from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
+from farm.core.profiles import resolve_profile
+from farm.devices import cross
+from farm.pipeline import compile as compile_stage
+from farm.pipeline import extract as extract_stage
+from farm.pipeline import finalize as finalize_stage
+from farm.pipeline import ingest as ingest_stage
+from farm.pipeline import plan as plan_stage
+from farm.pipeline import report as report_stage
+from farm.pipeline.connect import Farm, connect
+from farm.pipeline.dispatch import send_round
+from farm.pipeline.options import SubmitOptions
+from farm.pipeline.preflight import check_out_dir, check_out_writable, preflight
+from farm.pipeline.summary import make_summary
+from farm.pipeline.wait import View, wait_for_job
+from farm.store import TaskState, open_store
+
+log = logging.getLogger(__name__)
+
+
+CLIENT = f"client@{socket.gethostname()}"  # who finalized a job, when a client did
+
+
+@dataclass
+class Prepared:
+    """A model ingested (torch) and split into tuning tasks (TVM) for one device profile."""
+
+    bundle: Any
+    extracted: Any
+    profile: Any
+
+
+def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None] = print,
+           resume: str | None = None, view: View | None = None) -> dict[str, Any]:
+    """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
+    summary (also written to <out>/summary.json)."""
+    t0 = time.monotonic()
+    preflight(opts, config, report)  # bad input fails here: nothing started, nothing written
+    # a lab farm: read the model before dispatching. The embedded farm starts first, so
+    # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
+    prep = prepare(opts, config, report) if config.broker_url else None
+    with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
+        if prep is None:
+            prep = prepare(opts, config, report)
+        job = dispatch_job(farm, opts, config, prep, report, resume)
+        if not opts.wait:  # a lab farm (preflight refuses --no-wait on an embedded one)
+            return {"job_id": job.job_id, "state": "submitted"}
+        try:
+            return complete(farm, job, prep, opts, config, report, t0, view)
+        except BaseException:
+            if farm.embedded:  # nobody else will finish this job: its queued rounds must
+                # not run in the next embedded farm (its records stay in the store)
+                with contextlib.suppress(Exception):
+                    farm.store.set_job_status(job.job_id, state="cancelled",
+                                              message="the submitting farm stopped")
+            raise
+
+
+def prepare(opts: SubmitOptions, config: FarmConfig,
+            report: Callable[[str], None]) -> Prepared:
+    """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
+    contacted; for the embedded one while its worker warms up (see `submit`)."""
+    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
+        opts.target_cpu if opts.target_cpu is not None else target_cpu(config, report))
+    bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
+                               opts.dtype, opts.allow_pickle, threads=profile.threads)
+    report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
+           f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
+    extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
+    report(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
+    return Prepared(bundle=bundle, extracted=extracted, profile=profile)
+
+
+def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
+    """The CPU a `host_cpu` profile (cpu-local) is tuned for: this machine's for the embedded
+    farm; on a lab farm, the CPU the hosts with phones of the key report in their heartbeats
+    (this machine's when none does)."""
+    from farm.devices.hostcpu import cpu_for_key, system_cpu
+
+    if not config.broker_url:
+        return system_cpu()
+    from farm.store import hosts
+
+    store = open_store(config.store_url)
+    try:
+        found = cpu_for_key(hosts.list_hosts(store.r), config.device_key)  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    if found is None:
+        report(f"no worker host reports its CPU for key {config.device_key}: tuning for this "
+               f"machine's ({system_cpu() or 'generic'})")
+        return system_cpu()
+    return found
+
+
+def check_same_tasks(job: JobSpec, prep: Prepared, model: Path) -> None:
+    """A job taken up again must be the same model: the same tuning tasks, in order."""
+    if [t.workload_key for t in prep.extracted.tasks] != job.workload_keys:
+        raise UsageError(f"{model} no longer gives the job's tuning tasks (was it changed?)",
+                         subject=f"job {job.job_id}", hint="submit it as a new job")
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prepared,
+                 report: Callable[[str], None], resume: str | None = None) -> JobSpec:
+    """Stages 3 (plan: the store says what is already tuned) and 4 (dispatch: one message per
+    task's first round; further rounds chain on the workers). With `resume`, the job keeps its
+    id and starts its next run: rounds of an earlier run are stale and skipped."""
+    tasks, profile = prep.extracted.tasks, prep.profile
+    job_id, run = new_job_id(), 0
+    if resume is not None:
+        old = farm.store.require_job(resume)
+        check_same_tasks(old, prep, opts.model)
+        job_id, run = resume, old.run + 1
+        farm.store.reset_job(job_id)
+    plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
+    budget = 0
+    if opts.trials_budget:
+        have = sum(min(p.in_store, opts.trials_per_task) for p in plans)
+        budget = max(0, opts.trials_budget - have)
+        if budget == 0:  # the store already holds the whole budget
+            plans = [plan_stage.TaskPlan(p.task, p.in_store, 0, 0) for p in plans]
+        else:
+            plans = [plan_stage.TaskPlan(p.task, p.in_store, min(p.needed, budget),
+                                         budget + 2) if not p.cached else p
+                     for p in plans]
+    todo = [p for p in plans if not p.cached]
+    first_round = config.round_trials if not budget else max(
+        1, min(config.round_trials, budget // max(1, len(todo))))
+    job = JobSpec(
+        job_id=job_id, model=prep.bundle.name, device_key=profile.key,
+        target=profile.target_json(), trials_per_task=opts.trials_per_task,
+        round_trials=config.round_trials, workload_keys=[t.workload_key for t in tasks],
+        task_names={t.workload_key: t.name for t in tasks},
+        weights={t.workload_key: t.weight for t in tasks}, created_at=time.time(),
+        max_rounds=max((p.max_rounds for p in plans), default=0),
+        trials_budget=budget, early_stop_rounds=opts.early_stop_rounds,
+        priority=opts.priority, run=run, options=opts.to_job_options(),
+    )
+    farm.store.put_job(job)
+    farm.store.set_job_status(job_id, state="running", started_at=str(time.time()),
+                              run=str(run), message="")
+    farm.store.set_active(job_id, True)  # the farm's supervisor looks after it from now on
+    for p in plans:
+        farm.store.put_workload(p.task, job_id)
+        if p.cached:
+            farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                state="done", message=f"from store ({p.in_store} trials)",
+                updated_at=time.time()))
+            continue
+        trials = min(first_round, p.needed)
+        if budget:
+            trials = farm.store.allocate(job_id, trials, budget)
+            if trials == 0:
+                farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                    state="done", message="job budget allocated to other tasks",
+                    updated_at=time.time()))
+                continue
+        first = RoundRequest(
+            job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
+            round_index=0, trials=trials, target_trials=opts.trials_per_task,
+            max_rounds=p.max_rounds, device_key=profile.key, model=prep.bundle.name,
+            run=run, priority=PRIORITIES[opts.priority])
+        # the state names the round before it is sent: a lost send is the supervisor's to redo
+        farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+            state="queued", message="round 1 queued", updated_at=time.time(),
+            round=first.to_json()))
+        send_round(farm.app, first)
+    planned = budget or sum(p.needed for p in plans)
+    verb = f"resumed (run {run + 1})" if resume else "submitted"
+    report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
+           f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
+    if not todo:  # nothing to tune: the job is finished now
+        finalize_stage.finalize_job(farm.store, job, by=CLIENT)
+    return job
+
+
+def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, config: FarmConfig,
+             report: Callable[[str], None], t0: float,
+             view: View | None = None) -> dict[str, Any]:
+    """Stages 5-7 for a dispatched job: wait for the workers (the store is the truth, not a
+    chord callback), finalize (once per job, whoever comes first), compile and check against
+    torch, write <out>. Used by `farm submit`, `farm resume` and `farm wait`."""
+    tasks = prep.extracted.tasks
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
+    try:
+        t_tune = time.monotonic()
+        wait_for_job(farm, job, report, opts.timeout_s, view=view)
+        tuning_s = time.monotonic() - t_tune
+        # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
+        picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
+        bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks)
+        states = farm.store.task_states(job.job_id)
+        measured = farm.store.job_measured(job.job_id)
+        from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
+                                          - measured.get(t.workload_key, 0)) for t in tasks}
+        # 7. compile, check against torch, benchmark on a phone of the key.
+        report("compile: building tuned and untuned models, checking against torch")
+        result = compile_stage.compile_and_check(
+            prep.extracted.fused, prep.profile.target_json(), staging / "best", staging,
+            prep.bundle.inputs, prep.bundle.outputs, farm.tracker, prep.profile.key,
+            {t.workload_key: t.name for t in tasks},
+            {t.name for t in tasks if bests.get(t.workload_key) is not None},
+            prep.extracted.untunable, fcompile=cross.fcompile(prep.profile),
+        )
+        summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
+                               result, prep.profile, time.monotonic() - t0,
+                               farm.store.job_counts(job.job_id))
+        summary["tuning_s"] = round(tuning_s, 1)
+        summary["out"] = str(opts.out)
+        report_stage.write(staging, summary, farm.store)
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
+        if opts.out.exists():
+            shutil.rmtree(opts.out)
+        staging.rename(opts.out)
+        with contextlib.suppress(Exception):
+            farm.store.set_job_status(job.job_id, out=str(opts.out.resolve()),
+                                      compiled_at=str(time.time()))
+        return summary
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
+           out: Path | None = None, force: bool = False,
+           timeout_s: float | None = None) -> dict[str, Any]:
+    """`farm wait JOB`: the client's part of a lab job whose submitting client died or did not
+    wait. Waits for it (the farm's supervisor re-sends lost rounds and finalizes it; finalize
+    here too, once per job, is a no-op then), and when its model file is readable here,
+    compiles it into <out> (default: the job's own --out) like `farm submit` would."""
+    t0 = time.monotonic()
+    if not config.broker_url:
+        raise UsageError("`farm wait` follows a job on a lab farm; an embedded farm stops with "
+                         "its `farm submit`", subject=f"job {job_id}",
+                         hint=f"`farm resume {job_id}` continues it on a new embedded farm")
+    with connect(config, require_devices=False) as farm:
+        job = farm.store.require_job(job_id)
+        opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s)
+        farm.tracker = opts.tracker
+        if opts.model.is_file():
+            check_out_dir(opts.out, opts.force)
+            check_out_writable(opts.out, [opts.model, Path(config.home)])
+            prep = prepare(opts, replace(config, device_key=job.device_key), report)
+            check_same_tasks(job, prep, opts.model)
+            return complete(farm, job, prep, opts, config, report, t0)
+        wait_for_job(farm, job, report, timeout_s)
+        picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
+        report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
+               f"best record); {opts.model} is not readable here, so it was not compiled")
+        return {"job_id": job_id, "state": "finalized", "best_records": len(picks)}

@@ -1,0 +1,55 @@
+"""What a job was asked to do: the options of `farm submit`, kept with the job so that
+`farm resume` and `farm wait` can redo the client's part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.core.errors import StoreError
+from farm.core.messages import JobSpec
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    model: Path
+    out: Path
+    trials_per_task: int = 32  # per-task budget (the cap of each task in budget mode)
+    trials_budget: int = 0  # > 0: a job budget spent by the planner (--trials N)
+    early_stop_rounds: int = 0  # > 0: stop a task after this many rounds without gain
+    input_shape: str | None = None
+    dtype: str = "float32"
+    allow_pickle: bool = False
+    force: bool = False
+    wait: bool = True
+    timeout_s: float | None = None  # None: wait as long as the job runs
+    tracker: str | None = None  # lab mode: where to run the compiled model (None: this CPU)
+    wait_for_devices_s: float = 0.0  # lab mode: wait for a host with phones of the key
+    priority: str = "normal"  # high | normal | low (PRIORITIES)
+    # the CPU a host_cpu profile is tuned for (None: found now, see target_cpu); a resumed
+    # job keeps its own
+    target_cpu: str | None = None
+
+    def to_job_options(self) -> dict[str, Any]:
+        """What `farm resume` and `farm wait` need to redo the client's part of the job."""
+        return {"model": str(self.model.resolve()), "out": str(self.out.resolve()),
+                "trials_per_task": self.trials_per_task, "trials_budget": self.trials_budget,
+                "early_stop_rounds": self.early_stop_rounds, "input_shape": self.input_shape,
+                "dtype": self.dtype, "allow_pickle": self.allow_pickle, "tracker": self.tracker,
+                "priority": self.priority}
+
+    @classmethod
+    def from_job(cls, job: JobSpec, out: Path | None = None, **changes: Any) -> SubmitOptions:
+        o = job.options
+        if not o.get("model"):
+            raise StoreError("the job does not record how it was submitted",
+                             subject=f"job {job.job_id}", hint="submit the model again")
+        return cls(model=Path(o["model"]), out=out or Path(o["out"]),
+                   trials_per_task=int(o.get("trials_per_task", job.trials_per_task)),
+                   trials_budget=int(o.get("trials_budget", 0)),
+                   early_stop_rounds=int(o.get("early_stop_rounds", 0)),
+                   input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
+                   allow_pickle=bool(o.get("allow_pickle")), tracker=o.get("tracker"),
+                   priority=o.get("priority", "normal"),
+                   target_cpu=str(job.target.get("mcpu", "")), **changes)

@@ -1,0 +1,178 @@
+"""Every check that bad input can fail, before a service starts or a byte is written."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from farm.core.config import FarmConfig
+from farm.core.errors import ServiceError, UsageError
+from farm.core.messages import PRIORITIES
+from farm.core.profiles import canonical_target, known_keys, resolve_profile
+from farm.pipeline import ingest as ingest_stage
+from farm.pipeline.options import SubmitOptions
+from farm.store import RecordStore, open_store
+
+
+def check_options(opts: SubmitOptions) -> None:
+    """The job's numbers: whole trials, finite seconds, each in range."""
+    for flag, value, least, example in (
+            ("--trials-per-task", opts.trials_per_task, 1, "e.g. --trials-per-task 32"),
+            ("--trials", opts.trials_budget, 0, "e.g. --trials 500, or leave it out"),
+            ("--early-stop", opts.early_stop_rounds, 0, "e.g. --early-stop 3, or leave it out")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"must be a whole number >= {least}, got {value!r}", subject=flag,
+                             hint=example)
+    for flag, secs, positive in (("--timeout", opts.timeout_s, True),
+                                 ("--wait-for-devices", opts.wait_for_devices_s, False)):
+        if secs is not None and (not math.isfinite(secs) or secs < 0 or positive and secs == 0):
+            raise UsageError(f"must be a finite number of seconds {'> 0' if positive else '>= 0'}"
+                             f", got {secs!r}", subject=flag,
+                             hint=f"e.g. {flag} 3600, or leave it out")
+    if opts.priority not in PRIORITIES:
+        raise UsageError(f"--priority must be one of {', '.join(PRIORITIES)}, "
+                         f"got {opts.priority!r}")
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError("--out exists and is not a folder", subject=str(out))
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UsageError("--out exists and is not empty", subject=str(out),
+                         hint="choose another --out or pass --force to replace it")
+
+
+def check_out_writable(out: Path, keep: list[Path]) -> None:
+    """The results are staged beside --out and moved in at the end (`complete`): the folder
+    that will hold --out, or the nearest one that exists (the rest is made then), must be a
+    folder this process can write in, and --out (replaced at the end) must hold none of
+    `keep` (the model, FARM_HOME). Checked now, not after hours of tuning."""
+    target = out.resolve()
+    for path in keep:
+        if path.resolve() == target or target in path.resolve().parents:
+            raise UsageError(f"--out would replace {path}", subject=str(out),
+                             hint="choose a results folder of its own")
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out cannot be made: {parent} is a file, not a folder",
+                         subject=str(out), hint="choose an --out under a folder")
+    try:  # a real attempt: permission bits do not tell root, read-only mounts or /proc
+        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name or 'out'}.probe-", dir=parent))
+    except OSError as e:
+        raise UsageError(f"--out cannot be written: {parent}: {e.strerror or e}",
+                         subject=str(out), hint="choose an --out in a folder you can write") from e
+
+
+def check_tracker(addr: str, device_key: str, wait_s: float) -> None:
+    """--tracker (where the compiled model runs, on a phone of the key) is HOST:PORT, a TVM RPC
+    tracker answers there, and (unless waiting for devices) it has a phone of the key: found
+    now, not at the compile step after the whole tuning."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError("--tracker must be HOST:PORT", subject=f"tracker {addr}",
+                         hint="e.g. --tracker 192.168.1.10:9190 (the worker host's tracker)")
+    from farm.devices import tracker
+
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(10.0)  # TVM's tracker client waits forever on a silent peer
+    try:
+        found = tracker.phones(addr)  # a ServiceError naming the tracker when none answers
+    finally:
+        socket.setdefaulttimeout(before)
+    have = found.get(device_key)
+    if wait_s == 0 and (have is None or have.total == 0):
+        raise ServiceError(f"no phone of key {device_key!r} is registered at this tracker "
+                           f"(keys there: {', '.join(sorted(found)) or 'none'})",
+                           subject=f"tracker {addr}",
+                           hint="the compiled model runs on a phone of the key there: pass the "
+                                "tracker of a worker host with such phones, or "
+                                "--wait-for-devices SECONDS")
+
+
+def preflight(opts: SubmitOptions, config: FarmConfig,
+              report: Callable[[str], None]) -> None:
+    """Every check bad input can fail, before a service starts or a byte is written: the
+    flags, the model file (never unpickled here), --out, the device key, --tracker, and a lab
+    farm's store and phones. Cheap checks first; TVM is imported only for a --tracker."""
+    check_options(opts)
+    shapes = ingest_stage.parse_shapes(opts.input_shape)
+    ingest_stage.check_inputs(shapes, opts.dtype)
+    check_out_dir(opts.out, opts.force)
+    check_out_writable(opts.out, [opts.model, Path(config.home)])
+    ingest_stage.check_model(opts.model, shapes, opts.allow_pickle)
+    lab = bool(config.broker_url)
+    # the embedded farm emulates phones of any key it is told, so a mistyped key would tune
+    # for this CPU: refused. A lab farm's hosts say which keys exist (checked below).
+    profile = resolve_profile(config.device_key, config.profiles, strict=not lab)
+    if not lab:
+        check_embedded(profile)
+        if not opts.wait:
+            raise UsageError("--no-wait needs a farm that goes on without this command; the "
+                             "embedded farm stops with it", subject="--no-wait",
+                             hint="set FARM_BROKER_URL to a lab farm (`farm up` starts one), "
+                                  "or drop --no-wait")
+        if opts.tracker:
+            raise UsageError("--tracker is for a lab farm; the embedded farm runs the compiled "
+                             "model on its own emulated phones", subject=f"tracker {opts.tracker}",
+                             hint="drop --tracker, or set FARM_BROKER_URL")
+        return
+    if opts.tracker:
+        check_tracker(opts.tracker, profile.key, opts.wait_for_devices_s)
+    store = open_store(config.store_url)
+    try:
+        store.ping()
+        if opts.wait_for_devices_s == 0:
+            wait_for_devices(store, profile.key, 0)
+    finally:
+        store.close()
+    if profile.key not in known_keys(config.profiles):
+        report(f"device key {profile.key} has no profile here: tuning for target "
+               f"{canonical_target(profile.target)} (describe the device in farm.toml as "
+               f"[profiles.{profile.key}] if that is not what it is)")
+
+
+def check_embedded(profile: Any) -> None:
+    """Refuse, with the reason, a profile the embedded farm's emulated phones cannot run."""
+    import platform
+
+    if profile.target.get("kind") != "llvm":
+        raise UsageError(f"the embedded farm's phones are CPUs; profile {profile.key} targets "
+                         f"{profile.target.get('kind')} (the PyPI TVM build has no OpenCL or "
+                         f"GPU runtime)", subject=f"device key {profile.key}",
+                         hint="submit to a lab farm whose phones run a TVM RPC app built with "
+                              "it (FARM_BROKER_URL)")
+    triple = str(profile.target.get("mtriple", ""))
+    emulated = {"arm64": "aarch64"}.get(profile.emulate, platform.machine())
+    if triple and not triple.startswith(emulated):
+        raise UsageError(f"the embedded farm emulates phones of this {emulated} CPU, "
+                         f"but profile {profile.key} targets {triple}",
+                         subject=f"device key {profile.key}",
+                         hint="submit to a lab farm with phones of that key (FARM_BROKER_URL), "
+                              "or use --device-key arm64-sim for an emulated arm64 phone")
+
+
+def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
+    """Fail fast (or wait `wait_s`) when no worker host has phones of `device_key`."""
+    from farm.store import hosts
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = hosts.list_hosts(store.r)  # type: ignore[attr-defined]
+        if any(h.phones.get(device_key, {}).get("total", 0) > 0 for h in found):
+            return
+        if time.monotonic() >= deadline:
+            have = sorted({k for h in found for k in h.phones}) or ["none"]
+            raise ServiceError(f"no worker host has phones of key {device_key!r} "
+                               f"(keys on the farm: {', '.join(have)})",
+                               subject=f"device key {device_key}",
+                               hint="start a worker whose tracker has such phones, or pass "
+                                    "--wait-for-devices SECONDS")
+        time.sleep(2)

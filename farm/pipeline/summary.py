@@ -1,0 +1,53 @@
+"""summary.json: what a job did and what it gave, per task and for the whole model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from farm.core.messages import JobSpec
+from farm.pipeline import compile as compile_stage
+from farm.store import TaskState
+from farm.store.store import MEASURE_COUNTERS, total_counts
+
+
+def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
+                 states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
+                 result: compile_stage.CompileResult, profile: Any, wall_s: float,
+                 counts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    counts = counts or {}
+    rows = []
+    for task in tasks:
+        wk = task.workload_key
+        st = states.get(wk, TaskState())
+        best = bests.get(wk)
+        rows.append({
+            "name": task.name, "workload_key": wk, "weight": task.weight,
+            "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
+            "best_us": round(best.run_us, 3) if best is not None else None,
+            "failed": sum(st.failures.values()), "failures": st.failures,
+            "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
+            "measure_s": round(st.measure_s, 2),
+            "single_schedule": st.single_schedule,
+            "counts": counts.get(wk, dict.fromkeys(MEASURE_COUNTERS, 0)),
+            "state": st.state,
+            "message": st.message,
+        })
+    return {
+        "job_id": job.job_id, "model": bundle.path, "format": bundle.fmt,
+        "device_key": job.device_key, "target": job.target,
+        "trials_per_task": job.trials_per_task,
+        "inputs": [list(x.shape) for x in bundle.inputs],
+        "priority": job.priority, "run": job.run,
+        "tasks": rows,
+        # every run sent to a phone, counted by the store: duplicates is "measured twice"
+        "measurements": total_counts(counts),
+        "latency_us": {"torch": round(bundle.torch_us, 2), "untuned": round(result.untuned_us, 2),
+                       "tuned": round(result.tuned_us, 2)},
+        "speedup": {"tuned_vs_untuned": round(result.untuned_us / result.tuned_us, 3),
+                    "tuned_vs_torch": round(bundle.torch_us / result.tuned_us, 3)},
+        "threads": profile.threads, "measured_on": result.measured_on,
+        "numerics_ok": result.numerics_ok, "max_abs_err": result.max_abs_err,
+        "schedules": {"from_log": result.from_log, "fallback": result.fallback},
+        "library": "model.so", "best_log": "best/",
+        "wall_s": round(wall_s, 1),
+    }

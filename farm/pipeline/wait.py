@@ -1,0 +1,79 @@
+"""Stage 5: wait while the workers measure. The client only reads the store: the farm's
+supervisor re-sends lost rounds and finalizes the job, client or no client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from farm.core.errors import ServiceError, TuneError
+from farm.core.messages import JobSpec
+from farm.pipeline.connect import Farm
+from farm.store import RecordStore, TaskState
+
+# a live view of a job (the client's): called with the store and the job at every poll
+View = Callable[[RecordStore, JobSpec], None]
+
+
+STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable store
+
+
+def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
+                 timeout_s: float | None, poll_s: float = 1.0,
+                 view: View | None = None) -> dict[str, TaskState]:
+    """Poll the store until every task of the job is done, exhausted or failed. Only waits
+    and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and
+    finalizes the job, client or no client. `view`: called at every poll instead of
+    reporting a line per change (the client's live view of the tasks)."""
+    import redis
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last = ""
+    outage_since: float | None = None
+    while True:
+        farm.check_alive()
+        try:
+            states = farm.store.task_states(job.job_id)
+            measured = farm.store.job_measured(job.job_id)
+            outage_since = None
+        except redis.RedisError as e:  # Redis restarting: the job goes on, keep waiting
+            now = time.monotonic()
+            outage_since = outage_since or now
+            if now - outage_since > STORE_OUTAGE_S:
+                raise ServiceError(f"the store has been unreachable for {STORE_OUTAGE_S:.0f} s: "
+                                   f"{e}", subject=f"job {job.job_id}",
+                                   hint=f"the job goes on; `farm wait {job.job_id}` later") from e
+            report(f"job {job.job_id}: store unreachable ({e}); retrying")
+            time.sleep(2)
+            continue
+        line = progress_line(job, states, measured)
+        if view is not None:
+            view(farm.store, job)
+        elif line != last:
+            report(line)
+            last = line
+        if len(states) >= len(job.workload_keys) and all(
+                states[wk].terminal for wk in job.workload_keys if wk in states):
+            failed = {wk: s for wk, s in states.items() if s.state == "failed"}
+            if failed and len(failed) == len(job.workload_keys):
+                first = next(iter(failed.values()))
+                raise TuneError(f"every task failed; first: {first.message}",
+                                subject=f"job {job.job_id}")
+            return states
+        if deadline is not None and time.monotonic() > deadline:
+            raise TuneError(f"not finished after {timeout_s:.0f} s ({line})",
+                            subject=f"job {job.job_id}",
+                            hint=f"the job goes on; check it with `farm status {job.job_id}`")
+        time.sleep(poll_s)
+
+
+def progress_line(job: JobSpec, states: dict[str, TaskState], measured: dict[str, int]) -> str:
+    counts: dict[str, int] = {}
+    for s in states.values():
+        counts[s.state] = counts.get(s.state, 0) + 1
+    done = sum(counts.get(k, 0) for k in ("done", "exhausted", "failed"))
+    parts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    waiting = [s.message for s in states.values() if s.state == "waiting"]
+    extra = f"; {waiting[0]}" if waiting else ""
+    return (f"job {job.job_id}: {done}/{len(job.workload_keys)} tasks finished ({parts}), "
+            f"{sum(measured.values())} trials measured{extra}")
