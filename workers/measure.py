@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.core.config import FarmConfig
-from farm.core.errors import ServiceError, TuneError
+from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import tracker as tracker_mod
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, TaskState
+from farm.store.store import updated
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
@@ -152,22 +153,6 @@ def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
                                subject=f"tracker {ctx.tracker}",
                                hint="start the phones' RPC apps (or `farm phones`) with this key")
         time.sleep(1.0)
-
-
-def updated(current: TaskState, **changes: Any) -> TaskState:
-    """`current` with `changes`, stamped now."""
-    data = current.to_json()
-    data.update(changes)
-    data["updated_at"] = time.time()
-    return TaskState.from_json(data)
-
-
-def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
-    """Progress writes never fail a round (Redis may be restarting)."""
-    try:
-        fn(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001
-        log.warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
 
 
 def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None:

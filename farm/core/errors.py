@@ -6,6 +6,9 @@ The CLI turns a `FarmError` into one line and the exit code of its class
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 
 class FarmError(Exception):
     """Root of every error tunefarm raises on purpose."""
@@ -77,3 +80,11 @@ EXIT_CODES: dict[str, int] = {
     "store": StoreError.exit_code,
     "interrupted": EXIT_INTERRUPTED,
 }
+
+
+def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
+    """Progress writes never fail a round (Redis may be restarting)."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        logging.getLogger(__name__).warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)

@@ -140,19 +140,9 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
         job_id, run = resume, old.run + 1
         farm.store.reset_job(job_id)
     plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
-    budget = 0
-    if opts.trials_budget:
-        have = sum(min(p.in_store, opts.trials_per_task) for p in plans)
-        budget = max(0, opts.trials_budget - have)
-        if budget == 0:  # the store already holds the whole budget
-            plans = [plan_stage.TaskPlan(p.task, p.in_store, 0, 0) for p in plans]
-        else:
-            plans = [plan_stage.TaskPlan(p.task, p.in_store, min(p.needed, budget),
-                                         budget + 2) if not p.cached else p
-                     for p in plans]
+    plans, budget, first_round = plan_stage.split_budget(
+        plans, opts.trials_budget, opts.trials_per_task, config.round_trials)
     todo = [p for p in plans if not p.cached]
-    first_round = config.round_trials if not budget else max(
-        1, min(config.round_trials, budget // max(1, len(todo))))
     job = JobSpec(
         job_id=job_id, model=prep.bundle.name, device_key=profile.key,
         target=profile.target_json(), trials_per_task=opts.trials_per_task,

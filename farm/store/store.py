@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -360,3 +361,11 @@ def parse_record(raw: str | bytes, where: str) -> StoredRecord | None:
     except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
         log.warning("store: corrupt record at %s skipped: %s", where, e)
         return None
+
+
+def updated(current: TaskState, **changes: Any) -> TaskState:
+    """`current` with `changes`, stamped now."""
+    data = current.to_json()
+    data.update(changes)
+    data["updated_at"] = time.time()
+    return TaskState.from_json(data)

@@ -37,3 +37,21 @@ def test_next_task_prefers_weighty_slow_improving_tasks():
     assert next_task(ready) == "heavy"
     assert next_task({"a": (1, [5.0, 5.0]), "b": (1, [50.0, 50.0])}) == "b"
     assert next_task({}) is None
+
+
+def test_a_job_budget_is_split_over_the_tasks_that_need_trials():
+    from farm.pipeline.plan import split_budget
+
+    store = open_store("memory://")
+    for i in range(6):  # "a" holds 6 of its 8 trials already
+        store.add_record(StoredRecord(workload_key="a", candidate=f"c{i}", record=[{}, [1.0]],
+                                      run_us=1.0 + i))
+    plans = plan([task("a"), task("b"), task("c")], store, 8, 4)
+    same, budget, first = split_budget(plans, 0, 8, 4)  # no budget: per-task rounds
+    assert (same, budget, first) == (plans, 0, 4)
+    split, budget, first = split_budget(plans, 10, 8, 4)
+    assert budget == 4  # 10 asked, 6 in the store already
+    assert first == 1  # 4 trials over 3 tasks that need some: 1 each to start
+    assert [p.needed for p in split] == [2, 4, 4] and all(p.max_rounds == 6 for p in split)
+    covered, budget, _ = split_budget(plans, 6, 8, 4)  # the store holds the whole budget
+    assert budget == 0 and all(p.cached for p in covered)
