@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+import time
 from dataclasses import replace
 
 import redis
@@ -45,6 +46,12 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     from workers.heartbeat import Heartbeat
     from workers.supervisor import Supervisor
 
+    if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
+        from workers.measure import preload
+
+        t0 = time.monotonic()
+        preload()
+        log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
     name = hostname or f"farm@{socket.gethostname()}"
     app = build_app(config, tracker, name)
     queues = {queue_for(k) for k in keys}

@@ -89,10 +89,9 @@ class WorkerContext:
         """Pay TVM's one-off costs now (tensor intrinsics, the first TuneContext: ~15 s)."""
         import tvm
         from tvm.s_tir import meta_schedule as ms
-        from tvm.script import tirx as T  # noqa: F401
 
         t0 = time.monotonic()
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+        preload()
 
         target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
         mod = _tiny_workload()
@@ -101,6 +100,18 @@ class WorkerContext:
         ctx.generate_design_space()
         self.builder(self.profile(self.config.device_key)).warm()
         log.info("worker %s: warm in %.1f s", self.host, time.monotonic() - t0)
+
+
+def preload() -> None:
+    """Import what every round needs (TVM, MetaSchedule, the tensor-intrinsic registry: 30-60 s
+    on a busy 2-core host). `farm worker` calls it once in its main process before the pool
+    forks, so a pool child that replaces a killed one (a Redis outage cancels the running
+    rounds; a poison round kills its child) starts warm in seconds instead of importing all
+    of it again. Imports only: no TVM thread pool or runtime exists before the fork."""
+    import tvm  # noqa: F401
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from tvm.s_tir import meta_schedule  # noqa: F401
+    from tvm.script import tirx  # noqa: F401
 
 
 def _tiny_workload() -> Any:

@@ -44,7 +44,9 @@ def test_redis_killed_mid_round(healthy, tmp_path):
     run_through_fault(healthy, tmp_path, kill_redis, trials=16, width=36)
     resumed_s = timing["measuring"] - timing["restarted"]
     print(f"\nRedis SIGKILL: rounds measuring again {resumed_s:.0f} s after the restart")
-    assert resumed_s < 60
+    # far below the broker's visibility timeout (1800 s); a pool child that imports TVM
+    # again after the outage took 75-105 s here, one forked warm 24 s
+    assert resumed_s < 90
 
 
 def test_a_no_wait_job_whose_round_messages_vanish_finishes_without_a_client(healthy, tmp_path):
