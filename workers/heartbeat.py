@@ -14,14 +14,13 @@ import threading
 import time
 from typing import Any
 
-import redis
-
 from farm.core import keys
-from farm.core.errors import ServiceError
+from farm.core.errors import ServiceError, best_effort
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
 from farm.pipeline.dispatch import queue_for
-from farm.store import hosts
+from farm.store import open_store
+from farm.store.hosts import HostBeat
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,7 @@ class Heartbeat(threading.Thread):
                  grace_s: float = 300.0) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
-        self.client = redis.Redis.from_url(store_url, decode_responses=True,
-                                           socket_connect_timeout=5, socket_timeout=10)
+        self.store = open_store(store_url)
         self.node = name
         self.tracker = tracker
         self.queues = set(queues)
@@ -54,10 +52,10 @@ class Heartbeat(threading.Thread):
                   for k, v in found.items()}
         if self.follow:
             self._follow({k for k, v in found.items() if v.total > 0})
-        hosts.publish(self.client, hosts.HostBeat(
+        self.store.publish_host(HostBeat(
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
-            cpu=system_cpu()))
+            cpu=system_cpu()), ttl_s=keys.HOST_TTL_S)
 
     def _follow(self, keys_now: set[str]) -> None:
         """Consume the queues of the keys with phones; keep a key's queue for `grace_s` after
@@ -86,10 +84,7 @@ class Heartbeat(threading.Thread):
             except Exception as e:  # noqa: BLE001 - a heartbeat never kills the worker
                 log.warning("worker %s: heartbeat failed (will retry): %s", self.node, e)
             self.stopping.wait(self.interval_s)
-        try:
-            hosts.remove(self.client, self.node)
-        except redis.RedisError:
-            pass
+        best_effort(self.store.remove_host, self.node)  # it expires anyway
 
     def stop(self) -> None:
         self.stopping.set()

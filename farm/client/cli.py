@@ -417,7 +417,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     from farm.store import hosts
 
     with _store(args) as store:
-        found = hosts.list_hosts(store.r)
+        found = store.hosts()
         if args.json:
             print(json.dumps([h.to_json() for h in found], indent=2))
         else:

@@ -102,11 +102,9 @@ def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
 
     if not config.broker_url:
         return system_cpu()
-    from farm.store import hosts
-
     store = open_store(config.store_url)
     try:
-        found = cpu_for_key(hosts.list_hosts(store.r), config.device_key)  # type: ignore[attr-defined]
+        found = cpu_for_key(store.hosts(), config.device_key)
     finally:
         store.close()
     if found is None:

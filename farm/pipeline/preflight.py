@@ -161,11 +161,10 @@ def check_embedded(profile: Any) -> None:
 
 def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
     """Fail fast (or wait `wait_s`) when no worker host has phones of `device_key`."""
-    from farm.store import hosts
 
     deadline = time.monotonic() + wait_s
     while True:
-        found = hosts.list_hosts(store.r)  # type: ignore[attr-defined]
+        found = store.hosts()
         if any(h.phones.get(device_key, {}).get("total", 0) > 0 for h in found):
             return
         if time.monotonic() >= deadline:

@@ -1,12 +1,11 @@
-"""Worker hosts as the farm sees them: each advertises itself with an expiring heartbeat."""
+"""Worker hosts as the farm sees them: each advertises itself with an expiring heartbeat
+(kept by the store: `RecordStore.publish_host` / `hosts`)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from farm.core import keys
 from farm.core.messages import _Message
 
 
@@ -23,29 +22,6 @@ class HostBeat(_Message):
     started_at: float = 0.0
     beat_at: float = 0.0
     cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
-
-
-def publish(redis_client: Any, beat: HostBeat, ttl_s: int | None = None) -> None:
-    """The host's heartbeat, expiring after `ttl_s` (default FARM_HOST_TTL_S, read now)."""
-    redis_client.set(keys.host(beat.name), beat.dumps(),
-                     ex=ttl_s if ttl_s is not None else keys.HOST_TTL_S)
-
-
-def remove(redis_client: Any, name: str) -> None:
-    redis_client.delete(keys.host(name))
-
-
-def list_hosts(redis_client: Any) -> list[HostBeat]:
-    out = []
-    for key in sorted(redis_client.scan_iter(match=keys.host_pattern(), count=100)):
-        raw = redis_client.get(key)
-        if raw is None:
-            continue
-        try:
-            out.append(HostBeat.loads(raw))
-        except Exception:  # noqa: BLE001 - a bad heartbeat is reported, not fatal
-            out.append(HostBeat(name=str(key), tracker="?", phones={}))
-    return out
 
 
 def format_hosts(hosts: list[HostBeat]) -> str:

@@ -6,6 +6,7 @@ import threading
 import time
 
 from farm.core.messages import JobSpec, TuneTask
+from farm.store.hosts import HostBeat
 from farm.store.store import (
     MEASURE_COUNTERS,
     RecordStore,
@@ -37,6 +38,20 @@ class MemoryStore(RecordStore):
         self._counts: dict[str, dict[str, dict[str, int]]] = {}
         self._rounds: dict[str, dict[str, int]] = {}  # logical id -> starts/ends
         self._active: set[str] = set()
+        self._hosts: dict[str, tuple[HostBeat, float]] = {}  # name -> (beat, expires at)
+
+    def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
+        with self._lock:
+            self._hosts[beat.name] = (beat, time.monotonic() + ttl_s)
+
+    def remove_host(self, name: str) -> None:
+        with self._lock:
+            self._hosts.pop(name, None)
+
+    def hosts(self) -> list[HostBeat]:
+        now = time.monotonic()
+        with self._lock:
+            return [b for _, (b, until) in sorted(self._hosts.items()) if until > now]
 
     def ping(self) -> None:
         return None

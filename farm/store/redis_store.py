@@ -12,6 +12,7 @@ import redis
 from farm.core import keys
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec, TuneTask
+from farm.store.hosts import HostBeat
 from farm.store.store import (
     RecordStore,
     StoredRecord,
@@ -71,6 +72,24 @@ class RedisStore(RecordStore):
             self._release = self._client.register_script(_RELEASE_LEASE)
             self._remove = self._client.register_script(_REMOVE)
         return self._client
+
+    def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
+        self.r.set(keys.host(beat.name), beat.dumps(), ex=max(1, round(ttl_s)))
+
+    def remove_host(self, name: str) -> None:
+        self.r.delete(keys.host(name))
+
+    def hosts(self) -> list[HostBeat]:
+        out = []
+        for key in sorted(self.r.scan_iter(match=keys.host_pattern(), count=100)):
+            raw = self.r.get(key)
+            if raw is None:  # expired meanwhile
+                continue
+            try:
+                out.append(HostBeat.loads(raw))
+            except (StoreError, AttributeError, TypeError):  # a bad heartbeat is shown, not fatal
+                out.append(HostBeat(name=str(key), tracker="?", phones={}))
+        return out
 
     def ping(self) -> None:
         try:

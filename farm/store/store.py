@@ -30,6 +30,7 @@ from typing import Any
 
 from farm.core.errors import StoreError
 from farm.core.messages import JobSpec, TuneTask, _Message
+from farm.store.hosts import HostBeat
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +331,19 @@ class RecordStore(ABC):
     @abstractmethod
     def lead(self, owner: str, ttl_s: float) -> bool:
         """Take or renew the supervisor's leader lock; True while `owner` leads."""
+
+    # -- worker hosts: each advertises itself with an expiring heartbeat --
+    @abstractmethod
+    def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
+        """A host's heartbeat, gone after `ttl_s` unless published again."""
+
+    @abstractmethod
+    def remove_host(self, name: str) -> None: ...
+
+    @abstractmethod
+    def hosts(self) -> list[HostBeat]:
+        """Every live host's heartbeat, by name; an unreadable one as a placeholder (the
+        tracker "?"), so a bad heartbeat is seen rather than hidden."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -88,20 +88,17 @@ class Farm:
 
     def start_worker(self, h: int) -> services.Service:
         """Start host h's worker; return once its heartbeat is in the store."""
-        from farm.store import hosts
-
         worker = self.group.add(services.start_worker(
             self.trackers[h], self.redis, self.logs, name=f"worker{h}-{time.monotonic_ns()}",
             env=dict(self.extra_env), extra=["--hostname", self.host(h)]))
-        client = redis.Redis.from_url(self.redis, decode_responses=True)
+        store = self.store()
 
         def beating() -> bool:
             assert worker.alive(), worker.log_tail(30)
-            return any(b.name == self.host(h) and b.pid == worker.pid
-                       for b in hosts.list_hosts(client))
+            return any(b.name == self.host(h) and b.pid == worker.pid for b in store.hosts())
 
         wait_until(f"a heartbeat of {self.host(h)}", beating, timeout_s=120)
-        client.close()
+        store.close()
         return worker
 
     @property

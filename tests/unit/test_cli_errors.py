@@ -201,20 +201,18 @@ def test_preflight_passes_good_input_of_every_kind(tmp_path, models):
 
 def test_a_lab_farm_is_asked_for_its_keys_before_the_model_is_read(tmp_path, models,
                                                                   clean_redis):
-    import redis
-
     from farm.core.config import load_config
-    from farm.store import hosts
+    from farm.store import hosts, open_store
 
     config = load_config({"broker_url": clean_redis, "device_key": "lab-b"},
                          env={"FARM_HOME": str(tmp_path / "home")})
     said: list[str] = []
     with pytest.raises(ServiceError, match="no worker host has phones of key 'lab-b'"):
         preflight(opts(models["small"], tmp_path / "out"), config, said.append)
-    r = redis.Redis.from_url(clean_redis)
-    hosts.publish(r, hosts.HostBeat(name="farm@h1", tracker="127.0.0.1:9190",
-                                    phones={"lab-b": {"total": 1, "free": 1, "busy": 0}}), 30)
-    r.close()
+    store = open_store(clean_redis)
+    store.publish_host(hosts.HostBeat(name="farm@h1", tracker="127.0.0.1:9190",
+                                      phones={"lab-b": {"total": 1, "free": 1, "busy": 0}}), 30)
+    store.close()
     # a key the farm's hosts serve is known there, even without a profile here: said so
     preflight(opts(models["small"], tmp_path / "out"), config, said.append)
     assert len(said) == 1 and "lab-b has no profile here" in said[0], said

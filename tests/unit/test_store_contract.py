@@ -287,3 +287,20 @@ def test_removing_a_workload_forgets_it(store):
     assert store.records("wk") == [] and store.best("wk") is None
     assert store.record_count("wk") == 0
     assert not store.remove_workload("wk")
+
+
+def test_host_heartbeats_expire_and_can_be_removed(store):
+    import time
+
+    from farm.store.hosts import HostBeat
+
+    phones = {"pixel": {"total": 2, "free": 1, "busy": 1}}
+    store.publish_host(HostBeat(name="farm@b", tracker="10.0.0.2:9190", phones=phones), 30)
+    store.publish_host(HostBeat(name="farm@a", tracker="10.0.0.1:9190"), 1)
+    assert [h.name for h in store.hosts()] == ["farm@a", "farm@b"]
+    assert store.hosts()[1].phones == phones
+    store.remove_host("farm@b")
+    deadline = time.monotonic() + 5
+    while store.hosts() and time.monotonic() < deadline:  # farm@a's beat was for 1 s
+        time.sleep(0.1)
+    assert store.hosts() == []
