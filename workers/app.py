@@ -12,7 +12,6 @@ from typing import Any
 import redis
 from celery import signals
 
-from farm.core import keys
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
@@ -74,7 +73,7 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         log.info("round %s of %s: skipped, the task is %s (current round %s)", req.round_id,
                  req.task_name, prior.state, current)
         return {"skipped": "superseded"}
-    fence = RoundFence(store, req, ctx.host, ttl_s=keys.HOST_TTL_S)
+    fence = RoundFence(store, req, ctx.host, ttl_s=ctx.config.host_ttl_s)
     verdict = fence.enter()
     if verdict == "done":
         if prior.outstanding:  # it ran, but the job did not go on (its worker died)

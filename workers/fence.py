@@ -14,7 +14,7 @@ takes the round's lease in the store (atomic SET-if-free, see farm/store/lease.l
   its time to live; a copy that cannot renew it (the store unreachable for a whole TTL, or
   another copy took it) is told to stop at its next batch.
 
-The lease expires one TTL (keys.HOST_TTL_S, the heartbeat's) after its process died, so
+The lease expires one TTL (the config's host_ttl_s, the heartbeat's) after its process died, so
 the supervisor (workers/supervisor.py) sees the round as not live and sends it again.
 
 Thread safety: one `RoundFence` per running copy; `lost` is read by the round's thread.

@@ -1,7 +1,7 @@
 """A worker host's heartbeat, and queue subscriptions that follow the phones on its tracker.
 
 Runs as a thread of the worker's main process: every `interval_s` it reads the
-tracker, publishes a `HostBeat` (expiring after keys.HOST_TTL_S), and when phones
+tracker, publishes a `HostBeat` (expiring after the config's host_ttl_s), and when phones
 of a new key appear, or the last phone of a key leaves, it adds or cancels that
 key's queue with Celery's add_consumer / cancel_consumer.
 """
@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any
 
-from farm.core import keys
 from farm.core.errors import ServiceError, best_effort
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
@@ -27,7 +26,7 @@ log = logging.getLogger(__name__)
 
 class Heartbeat(threading.Thread):
     def __init__(self, app: Any, store_url: str, name: str, tracker: str, queues: set[str],
-                 follow_tracker: bool, interval_s: float | None = None,
+                 follow_tracker: bool, ttl_s: int, interval_s: float | None = None,
                  grace_s: float = 300.0) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
@@ -36,7 +35,8 @@ class Heartbeat(threading.Thread):
         self.tracker = tracker
         self.queues = set(queues)
         self.follow = follow_tracker
-        self.interval_s = interval_s if interval_s is not None else max(1.0, keys.HOST_TTL_S / 3)
+        self.ttl_s = ttl_s
+        self.interval_s = interval_s if interval_s is not None else max(1.0, ttl_s / 3)
         self.started_at = time.time()
         self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
         self.last_seen: dict[str, float] = {q: time.time() for q in queues}
@@ -55,7 +55,7 @@ class Heartbeat(threading.Thread):
         self.store.publish_host(HostBeat(
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
-            cpu=system_cpu()), ttl_s=keys.HOST_TTL_S)
+            cpu=system_cpu()), ttl_s=self.ttl_s)
 
     def _follow(self, keys_now: set[str]) -> None:
         """Consume the queues of the keys with phones; keep a key's queue for `grace_s` after

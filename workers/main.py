@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import redis
 
-from farm.core import keys as hostkeys
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
@@ -57,14 +56,15 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
     beat = Heartbeat(app, config.store_url, name, tracker, queues,  # type: ignore[arg-type]
-                     follow_tracker=not explicit_keys, grace_s=config.device_wait_s)
+                     follow_tracker=not explicit_keys, ttl_s=config.host_ttl_s,
+                     grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
     supervisor = Supervisor(app, open_store(config.store_url),
                             redis.Redis.from_url(config.broker_url, decode_responses=True,
                                                  socket_connect_timeout=5, socket_timeout=30),
                             name, interval_s=config.supervisor_interval_s,
-                            grace_s=float(hostkeys.HOST_TTL_S))
+                            grace_s=float(config.host_ttl_s))
     supervisor.start()
     argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,

@@ -39,6 +39,9 @@ class FarmConfig:
     # supervisor (workers/supervisor.py) within a host TTL, whatever this is.
     round_timeout_s: float = 1800.0
     supervisor_interval_s: float = 5.0  # how often the leading supervisor sweeps the jobs
+    # a host whose heartbeat is older than this has left the farm, and a running round's
+    # lease expires this long after its process died
+    host_ttl_s: int = 30
     redis_maxmemory: str = "4gb"  # the embedded and `farm up` Redis; full: clear error, no eviction
     # rounds a worker runs at once; 0: automatic (`farm worker`): 2 when its phones are
     # devices of their own (one round searches and builds while the other's batch is on the
@@ -51,6 +54,7 @@ class FarmConfig:
     # (a round searches, builds, then measures, so its search may use every core it has)
     search_cores: int = 0
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_file: Path | None = None  # the farm.toml read (a child process reads it too)
 
     @property
     def search_threads(self) -> int:
@@ -70,7 +74,8 @@ class FarmConfig:
             return UsageError(f"{name} {what}, got {getattr(self, name)!r}", subject=where,
                               hint=_fix(where, name))
 
-        for name in ("phones", "round_trials", "builder_workers", "builder_max_uses"):
+        for name in ("phones", "round_trials", "builder_workers", "builder_max_uses",
+                     "host_ttl_s"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
@@ -156,6 +161,7 @@ _ENV = {
     "device_wait_s": "FARM_DEVICE_WAIT_S",
     "round_timeout_s": "FARM_ROUND_TIMEOUT_S",
     "supervisor_interval_s": "FARM_SUPERVISOR_INTERVAL_S",
+    "host_ttl_s": "FARM_HOST_TTL_S",
     "redis_maxmemory": "FARM_REDIS_MAXMEMORY",
     "worker_concurrency": "FARM_WORKER_CONCURRENCY",
     "builder_workers": "FARM_BUILDER_WORKERS",
@@ -236,7 +242,8 @@ def load_config(
         farm = data.get("farm", {})
         if not isinstance(farm, dict):
             raise UsageError("farm must be a table ([farm])", subject=str(path))
-        unknown = (set(farm) - {f.name for f in fields(FarmConfig)}) | ({"profiles"} & set(farm))
+        unknown = (set(farm) - {f.name for f in fields(FarmConfig)}) | (
+            {"profiles", "config_file"} & set(farm))
         if unknown:
             raise UsageError(f"unknown settings {sorted(unknown)} in [farm]", subject=str(path),
                              hint="the settings are listed in the README's Configuration "
@@ -247,6 +254,7 @@ def load_config(
         from farm.core.profiles import check_overrides
 
         values["profiles"] = check_overrides(data.get("profiles", {}), str(path))
+        values["config_file"] = Path(path).resolve()
     from farm.core.secrets import SECRET_VARS, secret
 
     for name, var in _ENV.items():
@@ -260,7 +268,4 @@ def load_config(
         if value is not None:
             sources[name] = _FLAGS.get(name, "--" + name.replace("_", "-"))
             values[name] = _coerce(name, value, sources[name])
-    from farm.core import keys
-
-    keys.host_ttl_s(env)  # FARM_HOST_TTL_S: refused here, at start-up, when it is no number
     return FarmConfig(**values).validate(sources)

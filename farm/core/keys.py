@@ -5,12 +5,6 @@ Records never expire; job state is kept for `JOB_TTL_S` after the job ends.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
-from farm.core.errors import UsageError
-
 PREFIX = "tunefarm"
 JOB_TTL_S = 30 * 24 * 3600
 
@@ -128,38 +122,8 @@ def jobs_index() -> str:
 
 
 # --- worker hosts ------------------------------------------------------------
-DEFAULT_HOST_TTL_S = 30
-
-
-def host_ttl_s(env: Mapping[str, str] | None = None) -> int:
-    """FARM_HOST_TTL_S (default 30): a host whose heartbeat is older than this many seconds
-    has left the farm, and a running round's lease expires this long after its process died.
-    Read when asked (as `HOST_TTL_S`), never at import: a bad value is a clear UsageError
-    where the config is loaded, not a crash of every `import farm.core.keys`."""
-    text = (os.environ if env is None else env).get("FARM_HOST_TTL_S", "").strip()
-    if text == "":
-        return DEFAULT_HOST_TTL_S
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UsageError(f"must be a whole number of seconds >= 1, got {text!r}",
-                         subject="FARM_HOST_TTL_S",
-                         hint=f"set it to a whole number of seconds, e.g. {DEFAULT_HOST_TTL_S}, "
-                              "or unset it for the default")
-    return value
-
-
-def __getattr__(name: str) -> Any:
-    """`keys.HOST_TTL_S`: FARM_HOST_TTL_S as it is now (see `host_ttl_s`)."""
-    if name == "HOST_TTL_S":
-        return host_ttl_s()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def host(name: str) -> str:
-    """String: the host's heartbeat JSON (tracker, keys, phone counts); expires after HOST_TTL_S."""
+    """String: the host's heartbeat JSON (tracker, keys, phone counts); expires after the config's host_ttl_s."""
     return key_for("host", name)
 
 

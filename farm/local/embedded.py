@@ -46,6 +46,8 @@ def config_env(config: FarmConfig) -> dict[str, str]:
         value = getattr(config, name)
         if value is not None and name not in ("broker_url", "redis_url"):
             env[var] = str(value)
+    if config.config_file is not None:  # its profiles and settings (--config FILE too)
+        env["FARM_CONFIG"] = str(config.config_file)
     return env
 
 

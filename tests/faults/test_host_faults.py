@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from farm.core import keys
+from farm.core.config import FarmConfig
 from tests.faults.conftest import Farm, check_store, start_submit, tiny_model, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -25,7 +25,8 @@ def farm2(tmp_path_factory):
 
 
 def test_a_killed_host_costs_seconds_not_the_visibility_timeout(farm2, tmp_path):
-    assert keys.HOST_TTL_S == 30  # the default, as a lab runs it
+    ttl_s = FarmConfig().host_ttl_s
+    assert ttl_s == 30  # the default, as a lab runs it
     model = tiny_model(tmp_path / "tiny.pt2", width=60)
     proc = start_submit(farm2, model, tmp_path / "out", tmp_path / "home", trials=16)
     store = farm2.store()
@@ -50,14 +51,14 @@ def test_a_killed_host_costs_seconds_not_the_visibility_timeout(farm2, tmp_path)
         wait_until("the lost round running again", back_on_the_other_host, timeout_s=600)
         recovered_s = time.monotonic() - killed_at
         print(f"\nwhole worker SIGKILL: its round ran again on {other} after {recovered_s:.0f} s "
-              f"(host TTL {keys.HOST_TTL_S} s; visibility timeout 1800 s)")
+              f"(host TTL {ttl_s} s; visibility timeout 1800 s)")
         _, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     # a host TTL for the lease to expire, a TTL of grace, a sweep, and the round's start
-    assert recovered_s < 3 * keys.HOST_TTL_S + 30, recovered_s
+    assert recovered_s < 3 * ttl_s + 30, recovered_s
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     task = next(t for t in summary["tasks"] if t["workload_key"] == wk)
     assert task["retries"] >= 1, task

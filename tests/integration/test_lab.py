@@ -54,12 +54,10 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
         group.add(services.start("flower", [sys.executable, "-m", "farm", "flower",
                                             "--broker", redis_url, "--port", str(flower_port),
                                             "--auth", "lab:secret"], logs))
-        os.environ["FARM_HOST_TTL_S"] = "6"
         yield {"redis": redis_url, "trackers": trackers, "workers": workers, "logs": logs,
                "group": group, "env": {"FARM_BROKER_URL": redis_url, **env},
                "flower": f"http://127.0.0.1:{flower_port}"}
     finally:
-        os.environ.pop("FARM_HOST_TTL_S", None)
         group.stop()
 
 

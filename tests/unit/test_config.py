@@ -80,8 +80,8 @@ def test_a_bad_profile_in_farm_toml_is_refused_when_the_config_is_loaded(tmp_pat
     ({"FARM_RUN_TIMEOUT_S": "nan"}, "FARM_RUN_TIMEOUT_S: run_timeout_s must be a finite"),
     ({"FARM_PHONE_DELAY_S": "-1"}, "FARM_PHONE_DELAY_S: phone_delay_s must be >= 0"),
     ({"FARM_PHONES": "2.5"}, "FARM_PHONES: phones must be a whole number, got '2.5'"),
-    ({"FARM_HOST_TTL_S": "abc"}, "FARM_HOST_TTL_S: must be a whole number of seconds >= 1"),
-    ({"FARM_HOST_TTL_S": "0"}, "FARM_HOST_TTL_S"),
+    ({"FARM_HOST_TTL_S": "abc"}, "FARM_HOST_TTL_S: host_ttl_s must be a whole number, got 'abc'"),
+    ({"FARM_HOST_TTL_S": "0"}, "FARM_HOST_TTL_S: host_ttl_s must be >= 1"),
     ({"FARM_REDIS_MAXMEMORY": "lots"}, "FARM_REDIS_MAXMEMORY"),
 ])
 def test_environment_numbers_must_be_finite_and_of_their_type(env, needle):
@@ -150,17 +150,26 @@ def test_a_malformed_broker_url_is_refused_without_its_password(url, needle):
         load_config({"broker_url": url}, env={})
 
 
-def test_host_ttl_is_read_when_asked_not_at_import(monkeypatch):
+def test_host_ttl_is_a_setting_like_the_others(monkeypatch):
     import importlib
 
     from farm.core import keys
 
     monkeypatch.setenv("FARM_HOST_TTL_S", "abc")
-    importlib.reload(keys)  # importing never fails on a bad value (it used to crash)
-    with pytest.raises(UsageError, match="FARM_HOST_TTL_S"):
-        _ = keys.HOST_TTL_S
-    monkeypatch.setenv("FARM_HOST_TTL_S", "6")
-    assert keys.HOST_TTL_S == 6
-    monkeypatch.delenv("FARM_HOST_TTL_S")
-    assert keys.HOST_TTL_S == 30 == keys.DEFAULT_HOST_TTL_S
-    assert load_config({}, env={"FARM_HOST_TTL_S": "6"}).phones == 2  # a good value passes
+    importlib.reload(keys)  # importing never reads the environment (it used to crash)
+    assert load_config({}, env={"FARM_HOST_TTL_S": "6"}).host_ttl_s == 6
+    assert load_config({}, env={}).host_ttl_s == 30
+
+
+def test_a_config_file_reaches_the_processes_the_embedded_farm_starts(tmp_path):
+    from farm.local.embedded import config_env
+
+    toml = tmp_path / "lab.toml"
+    toml.write_text('[profiles.cpu-local]\nthreads = 2\n')
+    config = load_config({}, env={}, config_file=toml)
+    assert config.config_file == toml.resolve()
+    env = config_env(config)
+    assert env["FARM_CONFIG"] == str(toml.resolve())
+    child = load_config({}, env=env)  # what the embedded worker builds from its environment
+    assert child.profiles == config.profiles and child.profiles["cpu-local"]["threads"] == 2
+    assert "FARM_CONFIG" not in config_env(load_config({}, env={}))
