@@ -20,6 +20,7 @@ from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile, resolve_profile
+from farm.devices import intrinsics
 from farm.devices import tracker as tracker_mod
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, TaskState
@@ -103,15 +104,15 @@ class WorkerContext:
 
 
 def preload() -> None:
-    """Import what every round needs (TVM, MetaSchedule, the tensor-intrinsic registry: 30-60 s
-    on a busy 2-core host). `farm worker` calls it once in its main process before the pool
-    forks, so a pool child that replaces a killed one (a Redis outage cancels the running
-    rounds; a poison round kills its child) starts warm in seconds instead of importing all
-    of it again. Imports only: no TVM thread pool or runtime exists before the fork."""
-    import tvm  # noqa: F401
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    """Import what every round needs: TVM, MetaSchedule and the CPU tensor intrinsics
+    (farm/devices/intrinsics.py: a few seconds, not the 30-40 s of TVM's whole registry).
+    `farm worker` calls it once in its main process before the pool forks, so a pool child
+    that replaces a killed one (a Redis outage cancels the running rounds; a poison round
+    kills its child) starts warm. Imports only: no TVM thread pool exists before the fork."""
     from tvm.s_tir import meta_schedule  # noqa: F401
     from tvm.script import tirx  # noqa: F401
+
+    intrinsics.load_for("llvm")
 
 
 def _tiny_workload() -> Any:
@@ -252,6 +253,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
 
     check_cpu(profile, task.target, ctx.host)
     mod = load_mod(task)
+    intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
     target = tvm.target.Target(task.target)
     single = has_single_schedule(mod, target)
     if single:

@@ -1,0 +1,30 @@
+"""The CPU tensor intrinsics are registered without TVM's GPU ones (farm/devices/intrinsics.py),
+and TuneContext's own `import tvm.s_tir.tensor_intrin` then parses nothing more."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys
+from farm.devices.intrinsics import load_for
+from tvm.s_tir import TensorIntrin
+
+print(load_for("llvm"))
+import tvm.s_tir.tensor_intrin  # what TuneContext does: must not load the GPU ones now
+for name in ("dot_16x4_vnni", "dot_4x4_i8i8s32_neon"):  # x86 VNNI, Arm NEON
+    assert TensorIntrin.get(name, allow_missing=True) is not None, name
+assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
+print(load_for("cuda"))  # a GPU target gets the rest
+assert TensorIntrin.get("mma_f16f16f32_trans_b", allow_missing=True) is not None
+print(load_for("llvm"))  # loaded once
+"""
+
+
+def test_cpu_intrinsics_alone_then_the_gpu_ones_when_asked():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "['dot_product_common', 'x86', 'arm_cpu', 'riscv_cpu']"
+    assert lines[1] == "['cuda', 'rocm', 'metal', 'hexagon']"
+    assert lines[2] == "[]"
