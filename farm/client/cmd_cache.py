@@ -1,0 +1,129 @@
+"""`farm cache ls | show | stats | export | import | rm | verify`: the record store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from farm.client.common import config_of, report, store_of
+from farm.core.errors import UsageError
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    if args.action == "verify":
+        return _cache_verify(args)
+    if args.action == "import":  # a wrong folder is refused before the store is opened
+        from farm.client.cache import check_log_dir
+
+        if not args.arg:
+            raise UsageError("farm cache import needs a JSONDatabase folder")
+        check_log_dir(Path(args.arg))
+    with store_of(args) as store:
+        return _cache(args, store)
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    """Measure the stored bests again on a phone of the key and print the drift."""
+    from farm.core.profiles import resolve_profile
+    from farm.pipeline.job import target_cpu
+    from farm.store import open_store
+    from workers.verify import DRIFT_WARN, verify_bests
+
+    config = config_of(args, broker_url=args.broker, device_key=args.device_key)
+    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
+        target_cpu(config, report))
+    wks = args.arg.split(",") if args.arg else None
+    if config.store_url:
+        if not args.tracker:
+            raise UsageError("verifying a lab farm's store needs a tracker with phones of the "
+                             "key", subject="farm cache verify",
+                             hint="pass --tracker HOST:PORT of a worker host")
+        with store_of(args) as store:
+            rows = verify_bests(store, args.tracker, profile, config, wks)
+    else:
+        from farm.local.embedded import embedded_farm
+
+        with embedded_farm(config) as farm:
+            store = open_store(farm.broker_url)
+            try:
+                rows = verify_bests(store, args.tracker or farm.tracker, profile, config, wks)
+            finally:
+                store.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'workload key':26} {'stored us':>10} {'now us':>10} {'drift':>8}  task")
+    for r in rows:
+        now = f"{r['measured_us']:.1f}" if r["measured_us"] is not None else "-"
+        drift = f"{r['drift']:+.0%}" if r["drift"] is not None else "-"
+        flag = "  << drift" if r["flagged"] else (f"  error: {r['error']}" if r["error"] else "")
+        print(f"{r['workload_key']:26} {r['stored_us']:10.1f} {now:>10} {drift:>8}  "
+              f"{r['name']}{flag}")
+    flagged = sum(1 for r in rows if r["flagged"])
+    print(f"{len(rows)} bests measured again on {profile.key}; {flagged} drifted more than "
+          f"{DRIFT_WARN:.0%}")
+    return 0
+
+
+def _cache(args: argparse.Namespace, store: Any) -> int:
+    from farm.client import cache
+    from farm.core.profiles import resolve_profile
+
+    if args.action == "ls":
+        rows = cache.entries(store, args.device_key)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'workload key':26} {'device key':14} {'trials':>6} {'unverified':>10} "
+              f"{'best us':>10}  task")
+        for r in rows:
+            best = f"{r['best_us']:.1f}" if r["best_us"] is not None else "-"
+            print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} "
+                  f"{r['unverified']:10} {best:>10}  {r['name']}")
+    elif args.action == "show":
+        if not args.arg:
+            raise UsageError("farm cache show needs a workload key")
+        print(json.dumps(cache.show(store, args.arg), indent=2))
+    elif args.action == "stats":
+        print(json.dumps(cache.stats(store), indent=2))
+    elif args.action == "export":
+        if not args.arg:
+            raise UsageError("farm cache export needs a folder")
+        n = cache.export(store, Path(args.arg), args.device_key)
+        print(f"exported the best record of {n} workloads to {args.arg}/ (MetaSchedule JSONDatabase)")
+    elif args.action == "import":
+        if not args.arg:
+            raise UsageError("farm cache import needs a JSONDatabase folder")
+        from dataclasses import replace
+
+        from farm.pipeline.job import target_cpu
+
+        config = config_of(args, broker_url=getattr(args, "broker", None))
+        key = args.device_key or config.device_key
+        profile = resolve_profile(key, config.profiles).on_cpu(
+            target_cpu(replace(config, device_key=key), report))
+        got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
+        print(f"imported {got.new} new records of {got.workloads} workloads for device key "
+              f"{key} ({got.known} already stored); unverified until a phone of the farm "
+              f"measures them (the next job's first rounds measure the best of them)")
+        for line in got.lines():
+            print(line)
+        if got.refused and not got.new and not got.known:
+            raise UsageError(f"every record was refused ({sum(got.refused.values())})",
+                             subject=args.arg, hint="see the reasons above")
+    elif args.action == "rm":
+        if not args.arg and not args.source:
+            raise UsageError("farm cache rm needs workload keys or --source",
+                             hint="`farm cache ls` lists workload keys; --source takes a job "
+                                  "id, a host or an import path")
+        wks = args.arg.split(",") if args.arg else []
+        unknown = [wk for wk in wks if store.get_workload(wk) is None]
+        if unknown:
+            raise UsageError(f"no such workload: {', '.join(unknown)}", subject="farm cache rm",
+                             hint="`farm cache ls` lists them")
+        gone = cache.remove(store, wks, args.source)
+        print(f"removed {gone['workloads']} workloads and {gone['records']} records"
+              + (f" from {args.source}" if args.source else ""))
+    return 0

@@ -1,0 +1,125 @@
+"""`farm submit | resume | wait | status | cancel | report`: a job, from the client's side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.client.common import config_of, report, store_of
+from farm.core.errors import UsageError
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from farm.pipeline.job import SubmitOptions, submit
+
+    config = config_of(args, device_key=args.device_key, round_trials=args.round_trials,
+                     phones=args.phones, broker_url=args.broker)
+    if args.trials is not None and args.trials < 1:  # left out: no job budget (0 below)
+        raise UsageError(f"must be a whole number >= 1, got {args.trials}", subject="--trials",
+                         hint="e.g. --trials 500, or leave it out for no job budget")
+    opts = SubmitOptions(
+        model=Path(args.model), out=Path(args.out),
+        trials_per_task=(args.trials_per_task if args.trials_per_task is not None
+                         else (args.trials if args.trials else 32)),
+        trials_budget=args.trials or 0, early_stop_rounds=args.early_stop or 0,
+        input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
+        force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
+        wait_for_devices_s=args.wait_for_devices or 0.0, priority=args.priority,
+    )
+    return _print_summary(submit(opts, config, report=report, view=_live_view()), opts.out)
+
+
+def _live_view() -> Any:
+    """The live per-task view on a terminal; None (a line per change) otherwise."""
+    from farm.client.progress import LiveView
+
+    return LiveView() if sys.stderr.isatty() else None
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> int:
+    from farm.client.progress import format_table
+
+    if "tasks" not in summary:
+        print(json.dumps(summary))
+        return 0
+    print(format_table(summary))
+    print(f"results in {out}/ (summary.json, best/, model.so, report.html)")
+    return 0 if summary["numerics_ok"] else 7
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a job from the records in the store: only what is missing is measured."""
+    from farm.pipeline.job import SubmitOptions, submit
+
+    with store_of(args) as store:
+        job = store.require_job(args.job)
+    config = config_of(args, broker_url=args.broker, device_key=job.device_key,
+                     round_trials=job.round_trials)
+    opts = SubmitOptions.from_job(job, out=Path(args.out) if args.out else None, force=True,
+                                  timeout_s=args.timeout, wait=not args.no_wait)
+    return _print_summary(submit(opts, config, report=report, resume=job.job_id,
+                                 view=_live_view()), opts.out)
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from farm.pipeline.job import follow
+
+    config = config_of(args, broker_url=args.broker)
+    out = Path(args.out) if args.out else None
+    summary = follow(args.job, config, report, out=out, force=args.force,
+                     timeout_s=args.timeout)
+    return _print_summary(summary, out or Path(summary.get("out", ".")))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+
+    with store_of(args) as store:
+        store.require_job(args.job)
+        store.set_job_status(args.job, state="cancelled", cancelled_at=str(time.time()))
+    print(f"job {args.job}: cancelled; rounds not yet started will not run")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with store_of(args) as store:
+        return _status(args, store)
+
+
+def _status(args: argparse.Namespace, store: Any) -> int:
+    from farm.client.progress import job_view, render
+
+    job_ids = [args.job] if args.job else store.job_ids()[-10:]
+    live = getattr(args, "watch", False)
+    while True:
+        views = [job_view(store, store.require_job(job_id)) for job_id in job_ids]
+        if args.json:
+            print(json.dumps(views, indent=2))
+        else:
+            text = "\n".join(render(v) for v in views) or "no jobs on this farm"
+            if live and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[J")  # redraw in place
+            print(text, flush=True)
+        if not live or all(v["status"].get("state") != "running"
+                           or v["tasks_finished"] == len(v["tasks"]) for v in views):
+            return 0
+        time.sleep(args.interval)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from farm.core.errors import StoreError
+    from farm.pipeline import report
+
+    out = Path(args.out)
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        raise StoreError(f"no readable summary.json: {e}", subject=str(out),
+                         hint="pass the --out folder of a finished job") from e
+    with store_of(args) as store:
+        path = report.write(out, summary, store)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,161 @@
+"""`farm worker | tracker | phones | up | flower | devices | doctor`: the parts of a farm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from farm.client.common import config_of, store_of
+from farm.core.errors import UsageError
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.main import run_worker  # the CLI is the one place that starts a worker
+
+    config = config_of(args, broker_url=args.broker, redis_url=args.redis,
+                     worker_concurrency=args.concurrency)
+    keys = [k for k in (args.keys or "").split(",") if k]
+    return run_worker(config, args.tracker, keys or None, args.hostname, args.loglevel, args.pool)
+
+
+def cmd_tracker(args: argparse.Namespace) -> int:
+
+    os.execv(sys.executable, [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", args.host,
+                              "--port", str(args.port), "--port-end", str(args.port + 1)])
+    return 0  # pragma: no cover
+
+
+def cmd_phones(args: argparse.Namespace) -> int:
+    from farm.local import services
+
+    log_dir = Path(args.log_dir)
+    group = services.ServiceGroup()
+    try:
+        home = Path(config_of(args).home)
+        from farm.devices.phone import advertised_address
+
+        shown = (advertised_address(args.host, args.advertise, args.tracker)
+                 or "the address they reach the tracker from")
+        for i in range(args.count):
+            group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
+                                           host=args.host, arch=args.arch, home=home,
+                                           advertise=args.advertise))
+        from farm.devices.tracker import wait_for_phones
+
+        wait_for_phones(args.tracker, args.key, args.count, timeout_s=300 if args.arch else 60)
+        print(f"{args.count} emulated phones of key {args.key} on tracker {args.tracker}, "
+              f"listening on {args.host}, advertised as {shown} "
+              f"(logs in {log_dir}); Ctrl-C stops them", file=sys.stderr)
+        while True:
+            group.check_alive()
+            time.sleep(1)
+    finally:
+        group.stop()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """A whole lab farm as local processes in the foreground: Redis (AOF), Flower, a tracker,
+    emulated phones and a worker. Ctrl-C stops them all."""
+
+    from farm.core.secrets import secret
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
+
+    args.redis_password = args.redis_password or secret("FARM_REDIS_PASSWORD")
+    args.flower_auth = args.flower_auth or secret("FARM_FLOWER_AUTH")
+    if not services.is_loopback(args.bind):
+        missing = [what for what, value in (("FARM_REDIS_PASSWORD", args.redis_password),
+                                            ("FARM_FLOWER_AUTH", args.flower_auth)) if not value]
+        if missing:
+            raise UsageError(f"binding {args.bind} (not loopback) needs {' and '.join(missing)}",
+                             subject="farm up --bind",
+                             hint="anyone who reaches an open Redis can forge records and run "
+                                  "rounds; set them in the environment (not on the command "
+                                  "line), or bind 127.0.0.1")
+    config = config_of(args)
+    home = Path(config.home)
+    log_dir = home / "up-logs"
+    group = services.ServiceGroup(pid_file=None)
+    try:
+        redis_svc, url = services.start_redis(home / "up-redis", log_dir, port=args.redis_port,
+                                              host=args.bind, password=args.redis_password,
+                                              maxmemory=config.redis_maxmemory)
+        group.add(redis_svc)
+        argv, env = flower_command(url, args.bind, args.flower_port, args.flower_auth)
+        group.add(services.start("flower", argv, log_dir, env))
+        tracker_svc, tracker = services.start_tracker(log_dir, port=args.tracker_port)
+        group.add(tracker_svc)
+        for i in range(args.phones):
+            group.add(services.start_phone(tracker, args.key, i, log_dir))
+        wait_for_phones(tracker, args.key, args.phones, timeout_s=60)
+        group.add(services.start_worker(tracker, url, log_dir))
+        shown = url.replace(f":{args.redis_password}@", ":***@") if args.redis_password else url
+        print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
+              f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
+              f"submit with: FARM_BROKER_URL={shown} farm submit MODEL --out DIR "
+              f"--tracker {tracker}\nCtrl-C stops everything.", file=sys.stderr, flush=True)
+        while True:
+            group.check_alive()
+            time.sleep(1)
+    finally:
+        group.stop()
+
+
+def flower_command(broker_url: str, address: str, port: int,
+                   auth: str | None) -> tuple[list[str], dict[str, str]]:
+    """Flower's command line and the environment that carries its secrets (the broker URL
+    with its password, the basic-auth credentials): never on the command line, which every
+    user of the host sees in `ps`. The result backend too: Flower then shows a running
+    round's PROGRESS state."""
+    argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}",
+            "--persistent=False"]
+    env = {"CELERY_BROKER_URL": broker_url, "CELERY_RESULT_BACKEND": broker_url}
+    if auth:
+        env["FLOWER_BASIC_AUTH"] = auth
+    return argv, env
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower on the farm's broker, loopback unless told otherwise, basic auth from
+    $FARM_FLOWER_AUTH. Workers send task events (`-E`), so rounds show as they run."""
+
+    config = config_of(args, broker_url=args.broker)
+    if not config.broker_url:
+        raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
+    from farm.core.secrets import secret
+    from farm.local.services import is_loopback
+
+    auth = args.auth or secret("FARM_FLOWER_AUTH")
+    if auth is None and not is_loopback(args.address):
+        raise UsageError(f"Flower on {args.address} without basic auth",
+                         hint="set FARM_FLOWER_AUTH=user:password")
+    argv, env = flower_command(config.broker_url, args.address, args.port, auth)
+    os.execve(argv[0], argv, {**os.environ, **env})
+    return 0  # pragma: no cover
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from farm.store import hosts
+
+    with store_of(args) as store:
+        found = store.hosts()
+        if args.json:
+            print(json.dumps([h.to_json() for h in found], indent=2))
+        else:
+            print(hosts.format_hosts(found))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from farm.client.doctor import run_checks
+
+    config = config_of(args, broker_url=args.broker)
+    checks = run_checks(config, args.tracker, args.device_key or config.device_key)
+    for c in checks:
+        mark = "pass" if c.ok else "FAIL"
+        print(f"[{mark}] {c.name}: {c.detail}" + ("" if c.ok else f"\n       fix: {c.fix}"))
+    return 0 if all(c.ok for c in checks) else 5

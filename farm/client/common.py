@@ -1,0 +1,35 @@
+"""What the `farm` commands share: the config from flags, and the farm's store."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+
+def config_of(args: argparse.Namespace, **flags: Any) -> Any:
+    from farm.core.config import load_config
+
+    return load_config(flags, config_file=getattr(args, "config", None))
+
+
+@contextlib.contextmanager
+def store_of(args: argparse.Namespace) -> Iterator[Any]:
+    """The lab farm's store, or the embedded farm's (its Redis started for this command)."""
+    from farm.local.embedded import embedded_store_url
+    from farm.store import open_store
+
+    config = config_of(args, broker_url=getattr(args, "broker", None))
+    with contextlib.ExitStack() as stack:
+        url = config.store_url or stack.enter_context(embedded_store_url(config))
+        store = open_store(url)
+        store.ping()
+        stack.callback(store.close)
+        yield store
+
+
+def report(line: str) -> None:
+    """A job's progress line, on stderr (stdout keeps what a script reads)."""
+    print(line, file=sys.stderr, flush=True)
