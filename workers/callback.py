@@ -14,6 +14,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from tvm import __version__ as TVM_VERSION
 from tvm.ir.utils import derived_object
@@ -41,6 +42,19 @@ class RoundCounters:
     measure_s: float = 0.0  # batch sent to the phones -> all its results back, summed
 
 
+def outcome(built: Any, ran: Any) -> tuple[str | None, str, list[float] | None]:
+    """(error class, error message, run seconds) of one candidate's build and run."""
+    if built.error_msg:
+        return "build", built.error_msg, None
+    if ran.error_msg:
+        return classify_run_error(ran.error_msg), ran.error_msg, None
+    run_secs = [float(s) for s in ran.run_secs]
+    if not run_secs or not all(math.isfinite(s) and s > 0 for s in run_secs):
+        # a phone that reports an impossible time is not believed
+        return "runtime", f"the phone reported impossible run times {run_secs[:4]}", None
+    return None, "", run_secs
+
+
 @derived_object
 class StoreCallback(PyMeasureCallback):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target,
@@ -57,6 +71,25 @@ class StoreCallback(PyMeasureCallback):
         self.on_progress = on_progress
         self.runner = runner  # its `started` times the batch's measurement
 
+    def _device_lost(self, candidate: str, error_msg: str) -> int:
+        """A run sent to a phone that went away: counted (it is not stored; a culprit is, and
+        the store counts its measurement). Returns how often this candidate lost a phone."""
+        c = self.counters
+        try:
+            lost = self.store.note_device_lost(self.workload_key, candidate)
+            self.store.count_measurements(self.job_id, self.workload_key, device_lost=1,
+                                          measurements=1 if lost < CULPRIT_AFTER else 0)
+        except Exception as e:
+            c.store_error = e
+            raise
+        if lost < CULPRIT_AFTER:
+            c.device_lost += 1
+            c.last_device_error = error_msg.strip().splitlines()[-1][:300] if error_msg else ""
+        else:
+            log.warning("workload %s: candidate %s lost a phone %d times: stored as the "
+                        "culprit, not measured again", self.workload_key, candidate, lost)
+        return lost
+
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         c = self.counters
@@ -64,38 +97,12 @@ class StoreCallback(PyMeasureCallback):
             c.measure_s += time.monotonic() - self.runner.started
         for cand, built, ran in zip(measure_candidates, builder_results, runner_results,
                                     strict=True):
-            error_class, error_msg, run_secs = None, "", None
-            if built.error_msg:
-                error_class, error_msg = "build", built.error_msg
-            elif ran.error_msg:
-                error_class, error_msg = classify_run_error(ran.error_msg), ran.error_msg
-            else:
-                run_secs = [float(s) for s in ran.run_secs]
-                if not run_secs or not all(math.isfinite(s) and s > 0 for s in run_secs):
-                    # a phone that reports an impossible time is not believed
-                    error_class = "runtime"
-                    error_msg = f"the phone reported impossible run times {run_secs[:4]}"
-                    run_secs = None
+            error_class, error_msg, run_secs = outcome(built, ran)
             record = record_of(cand, self.workload, self.target, run_secs)
             if error_class == "device_lost":
-                try:
-                    lost = self.store.note_device_lost(self.workload_key, candidate_hash(record))
-                    # a run sent to a phone that went away: counted here, since it is not stored
-                    # (a culprit is stored below, and the store counts its measurement)
-                    self.store.count_measurements(
-                        self.job_id, self.workload_key, device_lost=1,
-                        measurements=1 if lost < CULPRIT_AFTER else 0)
-                except Exception as e:
-                    c.store_error = e
-                    raise
+                lost = self._device_lost(candidate_hash(record), error_msg)
                 if lost < CULPRIT_AFTER:
-                    c.device_lost += 1
-                    c.last_device_error = (error_msg.strip().splitlines()[-1][:300]
-                                           if error_msg else "")
                     continue
-                log.warning("workload %s: candidate %s lost a phone %d times: stored as the "
-                            "culprit, not measured again", self.workload_key,
-                            candidate_hash(record), lost)
                 error_class = "culprit"
                 error_msg = f"lost a phone {lost} times (crashed or froze it); last: {error_msg}"
             run_us = None if run_secs is None else sum(run_secs) / len(run_secs) * 1e6

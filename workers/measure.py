@@ -243,14 +243,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.search import StoreAwareSearch
 
     profile = ctx.profile(req.device_key)
-    phones = wait_for_phone(ctx, store, req, prior)
-    # this very round already started once (its worker died, or the store went away): a retry
-    again = prior.state == "tuning" and prior.rounds == req.round_index + 1
-    state = updated(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
-                     retries=prior.retries + (1 if again else 0),
-                     message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
-    best_effort(store.set_task_state, req.job_id, req.workload_key, state)
-
+    phones = _start(ctx, store, req, prior)
     check_cpu(profile, task.target, ctx.host)
     mod = load_mod(task)
     intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
@@ -272,15 +265,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     runner = ctx.runner(profile, phones)
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
                              ctx.host, counters, on_progress, runner)
-    reference = None
-    if profile.check_outputs and not single:
-        from farm.devices.cross import build_reference
-
-        try:
-            reference = build_reference(mod, target, profile, work_dir)
-        except Exception as e:  # noqa: BLE001 - tune unchecked rather than not at all
-            log.warning("round %s: no reference kernel for output checks: %s", req.round_id, e)
-    runner.set_reference(reference)
+    runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
              "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
              trials, req.target_trials - missing, learned, ", cold: first batch at random"
@@ -304,15 +289,45 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     finally:
         runner.set_reference(None)
         shutil.rmtree(work_dir, ignore_errors=True)
+    return _result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0)
+
+
+def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState) -> int:
+    """Wait for a phone of the key (bounded), then say the round is tuning; the phones."""
+    phones = wait_for_phone(ctx, store, req, prior)
+    # this very round already started once (its worker died, or the store went away): a retry
+    again = prior.state == "tuning" and prior.rounds == req.round_index + 1
+    state = updated(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
+                     retries=prior.retries + (1 if again else 0),
+                     message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
+    best_effort(store.set_task_state, req.job_id, req.workload_key, state)
+    return phones
+
+
+def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
+               req: RoundRequest) -> Any:
+    """The reference kernel candidates' outputs are checked against (None: unchecked)."""
+    if not profile.check_outputs:
+        return None
+    from farm.devices.cross import build_reference
+
+    try:
+        return build_reference(mod, target, profile, work_dir)
+    except Exception as e:  # noqa: BLE001 - tune unchecked rather than not at all
+        log.warning("round %s: no reference kernel for output checks: %s", req.round_id, e)
+        return None
+
+
+def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any, skipped: int,
+            trials: int, single: bool, t0: float) -> RoundResult:
     log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
              "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,
-             ctx.host, counters.new, counters.valid, search.counts["skipped"],
-             counters.duplicates, counters.device_lost,
-             f"{counters.best_us:.1f}" if counters.best_us else "-")
+             ctx.host, counters.new, counters.valid, skipped, counters.duplicates,
+             counters.device_lost, f"{counters.best_us:.1f}" if counters.best_us else "-")
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
-        duplicates=counters.duplicates + search.counts["skipped"], single_schedule=single,
+        duplicates=counters.duplicates + skipped, single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
     )

@@ -134,6 +134,50 @@ def check_log_dir(log_dir: Path) -> None:
                              "(a tuning work_dir or `farm cache export`)")
 
 
+def _valid_times(secs: list[float]) -> bool:
+    """Measured run times: at least one, each finite, > 0 and below the failure mark."""
+    return bool(secs) and all(math.isfinite(x) and 0 < x < FAILED_RUN_SECS for x in secs)
+
+
+def _read_workloads(log_dir: Path, profile: DeviceProfile,
+                    report: ImportReport) -> dict[int, tuple[Any, str] | None]:
+    """database_workload.json: line index -> (workload, its key here), None when unreadable."""
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    workloads: dict[int, tuple[Any, str] | None] = {}
+    for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", report)):
+        try:
+            wl = Workload.from_json(row)
+            workloads[index] = (wl, workload_key(tvm_ffi.structural_hash(wl.mod),
+                                                 profile.target_json(), profile.key))
+        except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
+            workloads[index] = None
+            report.refuse("workload unreadable", f"database_workload.json:{n}: {_short(e)}")
+    return workloads
+
+
+def _file_workload(store: RecordStore, wl: Any, wk: str, profile: DeviceProfile,
+                   source: str) -> None:
+    """An imported workload, filed under its key for the profile (named after its function)."""
+    import tvm
+
+    store.put_workload(TuneTask(
+        name=f"imported:{_func_name(wl.mod)}", workload_key=wk, weight=1,
+        mod_json=tvm.ir.save_json(wl.mod), target=profile.target_json(),
+        device_key=profile.key), source)
+
+
+def _imported(data: list[Any], wk: str, secs: list[float], failed: bool, host: str,
+              source: str) -> StoredRecord:
+    """An imported record: unverified (never a job's choice before a phone measured it)."""
+    return StoredRecord(
+        workload_key=wk, candidate=candidate_hash(data), record=data,
+        run_us=None if failed else sum(secs) / len(secs) * 1e6,
+        error_class="runtime" if failed else None, job_id="", host=host,
+        measured_at=time.time(), source=source, tvm="", verified=False)
+
+
 def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
                retarget: bool = False) -> ImportReport:
     """Seed the store from a JSONDatabase folder, record by record, as unverified records.
@@ -144,23 +188,14 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     fails a check is refused and counted in the report. Imported records warm the search and
     the cost model; none is a job's final choice before a phone of the farm measured it."""
     import tvm
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import TuningRecord
 
     check_log_dir(log_dir)
     report = ImportReport()
     source = f"import:{log_dir.resolve()}"
     host = socket.gethostname()
     want = tvm.target.Target(profile.target_json())
-    workloads: dict[int, tuple[Any, str] | None] = {}
-    for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", report)):
-        try:
-            wl = Workload.from_json(row)
-            workloads[index] = (wl, workload_key(tvm_ffi.structural_hash(wl.mod),
-                                                 profile.target_json(), profile.key))
-        except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
-            workloads[index] = None
-            report.refuse("workload unreadable", f"database_workload.json:{n}: {_short(e)}")
+    workloads = _read_workloads(log_dir, profile, report)
     filed: set[str] = set()
     for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
         where = f"database_tuning_record.json:{n}"
@@ -180,8 +215,7 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             continue
         secs = [float(x) for x in (rec.run_secs or [])]
         failed = bool(secs) and all(x >= FAILED_RUN_SECS for x in secs)
-        if not failed and (not secs or not all(math.isfinite(x) and 0 < x < FAILED_RUN_SECS
-                                               for x in secs)):
+        if not failed and not _valid_times(secs):
             report.refuse("run times not finite and > 0", f"{where}: {secs[:4]}")
             continue
         if rec.target is None or _canonical(rec.target) != _canonical(want):
@@ -191,18 +225,9 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
                 continue
             rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
         if wk not in filed:
-            store.put_workload(TuneTask(
-                name=f"imported:{_func_name(wl.mod)}", workload_key=wk, weight=1,
-                mod_json=tvm.ir.save_json(wl.mod), target=profile.target_json(),
-                device_key=profile.key), source)
+            _file_workload(store, wl, wk, profile, source)
             filed.add(wk)
-        data = rec.as_json()
-        stored = StoredRecord(
-            workload_key=wk, candidate=candidate_hash(data), record=data,
-            run_us=None if failed else sum(secs) / len(secs) * 1e6,
-            error_class="runtime" if failed else None, job_id="", host=host,
-            measured_at=time.time(), source=source, tvm="", verified=False)
-        if store.add_record(stored):
+        if store.add_record(_imported(rec.as_json(), wk, secs, failed, host, source)):
             report.new += 1
         else:
             report.known += 1

@@ -39,13 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="farm.toml to read (default: $FARM_CONFIG or ./farm.toml)")
     sub = p.add_subparsers(dest="command", required=True)
 
+    _submit_command(sub)
     _job_commands(sub)
     _lab_commands(sub)
+    _up_command(sub)
     _cache_commands(sub)
     return p
 
 
-def _job_commands(sub: Any) -> None:
+def _submit_command(sub: Any) -> None:
     s = sub.add_parser("submit", help="tune a model and compile it with the best configs")
     s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
     s.add_argument("--out", required=True, help="results folder (must be new or empty)")
@@ -77,6 +79,7 @@ def _job_commands(sub: Any) -> None:
                         "jobs of one priority share the phones round by round)")
     s.set_defaults(func=cmd_submit)
 
+def _job_commands(sub: Any) -> None:
     rs = sub.add_parser("resume", help="continue a job that stopped half-way (from the store)")
     rs.add_argument("job")
     rs.add_argument("--out", help="results folder (default: the job's own --out)")
@@ -150,20 +153,6 @@ def _lab_commands(sub: Any) -> None:
                          "g++-aarch64-linux-gnu)")
     ph.set_defaults(func=cmd_phones)
 
-    u = sub.add_parser("up", help="a whole farm as local processes: redis, flower, tracker, "
-                                  "phones, worker (foreground; Ctrl-C stops all)")
-    u.add_argument("--bind", default="127.0.0.1", help="address Redis and Flower bind to")
-    u.add_argument("--redis-port", type=int, default=6379)
-    u.add_argument("--redis-password", default=None,
-                   help="default: $FARM_REDIS_PASSWORD (prefer it: a flag shows in `ps`)")
-    u.add_argument("--flower-port", type=int, default=5555)
-    u.add_argument("--flower-auth", default=None,
-                   help="user:password (default $FARM_FLOWER_AUTH; prefer it: a flag shows in "
-                        "`ps`)")
-    u.add_argument("--tracker-port", type=int, default=9190)
-    u.add_argument("--phones", type=int, default=2)
-    u.add_argument("--key", default="cpu-local")
-    u.set_defaults(func=cmd_up)
 
     f = sub.add_parser("flower", help="Flower on the farm's broker (rounds, progress, workers)")
     f.add_argument("--address", default="127.0.0.1")
@@ -183,6 +172,23 @@ def _lab_commands(sub: Any) -> None:
     dr.add_argument("--tracker", help="HOST:PORT to check phones and run a kernel on")
     dr.add_argument("--broker")
     dr.set_defaults(func=cmd_doctor)
+
+
+def _up_command(sub: Any) -> None:
+    u = sub.add_parser("up", help="a whole farm as local processes: redis, flower, tracker, "
+                                  "phones, worker (foreground; Ctrl-C stops all)")
+    u.add_argument("--bind", default="127.0.0.1", help="address Redis and Flower bind to")
+    u.add_argument("--redis-port", type=int, default=6379)
+    u.add_argument("--redis-password", default=None,
+                   help="default: $FARM_REDIS_PASSWORD (prefer it: a flag shows in `ps`)")
+    u.add_argument("--flower-port", type=int, default=5555)
+    u.add_argument("--flower-auth", default=None,
+                   help="user:password (default $FARM_FLOWER_AUTH; prefer it: a flag shows in "
+                        "`ps`)")
+    u.add_argument("--tracker-port", type=int, default=9190)
+    u.add_argument("--phones", type=int, default=2)
+    u.add_argument("--key", default="cpu-local")
+    u.set_defaults(func=cmd_up)
 
 
 def _cache_commands(sub: Any) -> None:

@@ -204,58 +204,69 @@ def _time_torch(module: Any, args: tuple, runs: int) -> float:
 
 def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[int, ...]] | None,
                          dtype: str, allow_pickle: bool) -> tuple[Any, tuple]:
-    tdtype = getattr(torch, dtype)
+    """The model as a torch.export program, and example inputs of its shapes."""
     if fmt == "torch.export":
-        try:
-            ep = torch.export.load(str(path))
-        except Exception as e:  # noqa: BLE001
-            raise IngestError(f"torch.export.load failed (truncated or corrupt?): {_first_line(e)}",
-                              subject=str(path)) from e
-        user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder"
-                       and n.name in set(ep.graph_signature.user_inputs)]
-        file_shapes = [tuple(int(d) for d in n.meta["val"].shape) for n in user_inputs]
-        if shapes is not None:
-            if len(shapes) != len(file_shapes):
-                raise UsageError(f"the model takes {len(file_shapes)} input(s), --input-shape "
-                                 f"gives {len(shapes)}", subject=str(path))
-            for i, (want, have) in enumerate(zip(shapes, file_shapes, strict=True)):
-                if len(want) != len(have):
-                    raise UsageError(f"input {i} has rank {len(have)} {list(have)}, --input-shape "
-                                     f"gives rank {len(want)} {list(want)}", subject=str(path))
-                if want != have:
-                    raise UsageError(f"input {i} was exported with static shape {list(have)}; "
-                                     f"re-export the model to tune shape {list(want)}",
-                                     subject=str(path))
-        dtypes = [str(n.meta["val"].dtype).replace("torch.", "") for n in user_inputs]
-        args = tuple(torch.from_numpy(_make_inputs([s], d, seed=i)[0])
-                     for i, (s, d) in enumerate(zip(file_shapes, dtypes, strict=True)))
-        return ep, args
-
+        return _from_export(torch, path, shapes)
     if shapes is None:
         raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
                          subject=str(path))
+    tdtype = getattr(torch, dtype)
     args = tuple(torch.from_numpy(a).to(tdtype) for a in _make_inputs(shapes, dtype))
     if fmt == "torchscript":
-        try:
-            ts = torch.jit.load(str(path), map_location="cpu").eval()
-        except Exception as e:  # noqa: BLE001
-            raise IngestError(f"torch.jit.load failed (truncated or corrupt?): {_first_line(e)}",
-                              subject=str(path)) from e
-        _check_runs(torch, ts, args, path)
-        try:
-            from torch._export.converter import TS2EPConverter
+        return _from_torchscript(torch, path, args), args
+    return _from_pickle(torch, path, args, allow_pickle), args
 
-            ep = TS2EPConverter(ts, args).convert()
-            # The converter marks dims dynamic and turns shape arithmetic into tensors;
-            # re-exporting with the static inputs specializes them.
-            ep = torch.export.export(ep.module(), args)
-        except Exception as e:  # noqa: BLE001
-            raise IngestError(f"torch cannot convert this TorchScript to torch.export: "
-                              f"{_first_line(e)}", subject=str(path),
-                              hint="export it yourself with torch.export.save and submit the .pt2") from e
-        return ep, args
 
-    # a pickled nn.Module
+def _from_export(torch: Any, path: Path,
+                 shapes: list[tuple[int, ...]] | None) -> tuple[Any, tuple]:
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch.export.load failed (truncated or corrupt?): {_first_line(e)}",
+                          subject=str(path)) from e
+    user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder"
+                   and n.name in set(ep.graph_signature.user_inputs)]
+    file_shapes = [tuple(int(d) for d in n.meta["val"].shape) for n in user_inputs]
+    if shapes is not None:
+        if len(shapes) != len(file_shapes):
+            raise UsageError(f"the model takes {len(file_shapes)} input(s), --input-shape "
+                             f"gives {len(shapes)}", subject=str(path))
+        for i, (want, have) in enumerate(zip(shapes, file_shapes, strict=True)):
+            if len(want) != len(have):
+                raise UsageError(f"input {i} has rank {len(have)} {list(have)}, --input-shape "
+                                 f"gives rank {len(want)} {list(want)}", subject=str(path))
+            if want != have:
+                raise UsageError(f"input {i} was exported with static shape {list(have)}; "
+                                 f"re-export the model to tune shape {list(want)}",
+                                 subject=str(path))
+    dtypes = [str(n.meta["val"].dtype).replace("torch.", "") for n in user_inputs]
+    args = tuple(torch.from_numpy(_make_inputs([s], d, seed=i)[0])
+                 for i, (s, d) in enumerate(zip(file_shapes, dtypes, strict=True)))
+    return ep, args
+
+
+def _from_torchscript(torch: Any, path: Path, args: tuple) -> Any:
+    try:
+        ts = torch.jit.load(str(path), map_location="cpu").eval()
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch.jit.load failed (truncated or corrupt?): {_first_line(e)}",
+                          subject=str(path)) from e
+    _check_runs(torch, ts, args, path)
+    try:
+        from torch._export.converter import TS2EPConverter
+
+        ep = TS2EPConverter(ts, args).convert()
+        # The converter marks dims dynamic and turns shape arithmetic into tensors;
+        # re-exporting with the static inputs specializes them.
+        return torch.export.export(ep.module(), args)
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch cannot convert this TorchScript to torch.export: "
+                          f"{_first_line(e)}", subject=str(path),
+                          hint="export it yourself with torch.export.save and submit the .pt2") from e
+
+
+def _from_pickle(torch: Any, path: Path, args: tuple, allow_pickle: bool) -> Any:
+    """A pickled nn.Module (loading it runs code from the file: only with --allow-pickle)."""
     if not allow_pickle:
         raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
     try:
@@ -269,11 +280,10 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
     model = model.eval()
     _check_runs(torch, model, args, path)
     try:
-        ep = torch.export.export(model, args)
+        return torch.export.export(model, args)
     except Exception as e:  # noqa: BLE001
         raise IngestError(f"torch.export cannot export this model: {_first_line(e)}",
                           subject=str(path)) from e
-    return ep, args
 
 
 def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:

@@ -155,6 +155,21 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
     farm.store.set_job_status(job_id, state="running", started_at=str(time.time()),
                               run=str(run), message="")
     farm.store.set_active(job_id, True)  # the farm's supervisor looks after it from now on
+    send_first_rounds(farm, job, plans, first_round)
+    planned = budget or sum(p.needed for p in plans)
+    verb = f"resumed (run {run + 1})" if resume else "submitted"
+    report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
+           f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
+    if not todo:  # nothing to tune: the job is finished now
+        finalize_stage.finalize_job(farm.store, job, by=CLIENT)
+    return job
+
+
+def send_first_rounds(farm: Farm, job: JobSpec, plans: list[plan_stage.TaskPlan],
+                      first_round: int) -> None:
+    """Stage 4: a task already in the store is done; every other gets its first round (of a
+    job budget, what `allocate` grants it). Later rounds chain on the workers."""
+    job_id, budget = job.job_id, job.trials_budget
     for p in plans:
         farm.store.put_workload(p.task, job_id)
         if p.cached:
@@ -172,21 +187,14 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
                 continue
         first = RoundRequest(
             job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
-            round_index=0, trials=trials, target_trials=opts.trials_per_task,
-            max_rounds=p.max_rounds, device_key=profile.key, model=prep.bundle.name,
-            run=run, priority=PRIORITIES[opts.priority])
+            round_index=0, trials=trials, target_trials=job.trials_per_task,
+            max_rounds=p.max_rounds, device_key=job.device_key, model=job.model,
+            run=job.run, priority=PRIORITIES[job.priority])
         # the state names the round before it is sent: a lost send is the supervisor's to redo
         farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
             state="queued", message="round 1 queued", updated_at=time.time(),
             round=first.to_json()))
         send_round(farm.app, first)
-    planned = budget or sum(p.needed for p in plans)
-    verb = f"resumed (run {run + 1})" if resume else "submitted"
-    report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
-           f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
-    if not todo:  # nothing to tune: the job is finished now
-        finalize_stage.finalize_job(farm.store, job, by=CLIENT)
-    return job
 
 
 def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, config: FarmConfig,

@@ -104,47 +104,9 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     """
     job = store.get_job(req.job_id)
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
-    failures = dict(prior.failures)
-    for k, v in result.failures.items():
-        failures[k] = failures.get(k, 0) + v
-    best = store.best(req.workload_key)
-    count = store.record_count(req.workload_key)
-    gained = [best.run_us] if best and best.run_us and not result.skipped else []
-    history = list(prior.history) + gained
-    base = dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
-                best_us=best.run_us if best else None, host=result.host,
-                rounds=max(prior.rounds, req.round_index + 1), history=history,
-                measure_s=prior.measure_s + result.measure_s)
-    budget = job.trials_budget if job else 0
-    early = job.early_stop_rounds if job else 0
-    spent = sum(store.job_measured(req.job_id).values()) if budget else 0
-    if store.job_status(req.job_id).get("state") == "cancelled":
-        state = updated(prior, state="failed", message="job cancelled", **base)
-    elif count >= req.target_trials:
-        state = updated(prior, state="done", message=f"{count} trials in store", **base)
-    elif result.single_schedule and result.device_lost == 0 and count >= 1:
-        best_effort(store.mark_exhausted, req.workload_key, count)
-        state = updated(prior, state="exhausted", single_schedule=True,
-                         message="one possible schedule: measured once", **base)
-    elif (not result.skipped and result.device_lost == 0
-          and result.measured + result.duplicates < result.requested):
-        # MetaSchedule stopped before the trials asked for: no new candidate is left.
-        best_effort(store.mark_exhausted, req.workload_key, count)
-        state = updated(prior, state="exhausted",
-                         message=f"search space exhausted after {count} distinct candidates",
-                         **base)
-    elif stopped_early(history, early):
-        state = updated(prior, state="done",
-                         message=f"stopped early: no gain in the last {early} rounds", **base)
-    elif req.round_index + 1 >= req.max_rounds:
-        state = updated(prior, state="exhausted",
-                         message=f"{req.max_rounds} rounds used, {count} trials in store", **base)
-    elif budget and spent >= budget:
-        state = updated(prior, state="done", message=f"job budget of {budget} trials spent",
-                         **base)
-    elif budget:
-        state = updated(prior, state="ready", message="ready for another round", **base)
-    else:
+    base = _after_round(store, req, result, prior)
+    verdict = _verdict(store, req, result, job, base["history"])
+    if verdict is None:  # the workload's own next round
         nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1,
                                       "attempt": 0})
         # the state names the next round first: if this process dies before the send, the
@@ -155,13 +117,60 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
         if store.claim(keys.round_sent(nxt.logical_id), ttl_s=keys.JOB_TTL_S):
             send_round(app, nxt, countdown_s=1.0 if result.device_lost else None)
         return
+    name, message, extra = verdict
+    state = updated(prior, state=name, message=message, **extra, **base)
     best_effort(store.set_task_state, req.job_id, req.workload_key, state)
     log.info("job %s: %s is %s (%s)", req.job_id, req.task_name, state.state, state.message)
-    if budget and job is not None:
+    if job is not None and job.trials_budget:
         plan_next_round(app, store, job)
     if job is not None and finalize_stage.job_finished(store, job):
         # the last task ended: finalize here, so the job is finished even if no client waits
         best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
+
+
+def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
+                 prior: TaskState) -> dict[str, Any]:
+    """The task's numbers with this round's added: failures, lost phones, best, history."""
+    failures = dict(prior.failures)
+    for k, v in result.failures.items():
+        failures[k] = failures.get(k, 0) + v
+    best = store.best(req.workload_key)
+    gained = [best.run_us] if best and best.run_us and not result.skipped else []
+    return dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
+                best_us=best.run_us if best else None, host=result.host,
+                rounds=max(prior.rounds, req.round_index + 1),
+                history=list(prior.history) + gained,
+                measure_s=prior.measure_s + result.measure_s)
+
+
+def _verdict(store: RecordStore, req: RoundRequest, result: RoundResult, job: JobSpec | None,
+             history: list[float]) -> tuple[str, str, dict[str, Any]] | None:
+    """How the task goes on after a round: (state, message, more fields), or None for its
+    own next round. Marks an exhausted search space in the store."""
+    count = store.record_count(req.workload_key)
+    budget = job.trials_budget if job else 0
+    early = job.early_stop_rounds if job else 0
+    if store.job_status(req.job_id).get("state") == "cancelled":
+        return "failed", "job cancelled", {}
+    if count >= req.target_trials:
+        return "done", f"{count} trials in store", {}
+    if result.single_schedule and result.device_lost == 0 and count >= 1:
+        best_effort(store.mark_exhausted, req.workload_key, count)
+        return "exhausted", "one possible schedule: measured once", {"single_schedule": True}
+    if (not result.skipped and result.device_lost == 0
+            and result.measured + result.duplicates < result.requested):
+        # MetaSchedule stopped before the trials asked for: no new candidate is left.
+        best_effort(store.mark_exhausted, req.workload_key, count)
+        return "exhausted", f"search space exhausted after {count} distinct candidates", {}
+    if stopped_early(history, early):
+        return "done", f"stopped early: no gain in the last {early} rounds", {}
+    if req.round_index + 1 >= req.max_rounds:
+        return "exhausted", f"{req.max_rounds} rounds used, {count} trials in store", {}
+    if budget and sum(store.job_measured(req.job_id).values()) >= budget:
+        return "done", f"job budget of {budget} trials spent", {}
+    if budget:
+        return "ready", "ready for another round", {}
+    return None
 
 
 IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)
