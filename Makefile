@@ -53,11 +53,12 @@ test: venv system-deps lint
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"
 
-# ruff, the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml), and
-# the sizes (scripts/sizes.py: modules <= 400 lines, functions <= 60)
+# ruff, the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml), a type
+# check (mypy: [tool.mypy]), and the sizes (scripts/sizes.py: modules <= 400 lines, functions <= 60)
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples scripts
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/mypy
 	$(BIN)/python scripts/sizes.py
 
 bench: venv

@@ -61,7 +61,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     beat.beat()
     beat.start()
     supervisor = Supervisor(app, open_store(config.store_url),
-                            redis.Redis.from_url(config.broker_url, decode_responses=True,
+                            redis.Redis.from_url(str(config.broker_url), decode_responses=True,
                                                  socket_connect_timeout=5, socket_timeout=30),
                             name, interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))

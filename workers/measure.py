@@ -61,7 +61,7 @@ class WorkerContext:
     def builder(self, profile: DeviceProfile) -> Any:
         """The warm builder of the profile's export: `local` (a tar the phone links) or
         `cross` (a .so linked here by the profile's compiler, e.g. the NDK's)."""
-        f_export = None
+        f_export: Any = None
         if profile.export == "cross":
             import functools
 

@@ -44,7 +44,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
             max_workers=max_workers,
         )
         self.pool.shutdown()
-        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
+        self.pool: PopenPoolExecutor = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
 

@@ -67,7 +67,7 @@ class StoreAwareSearch(PySearchStrategy):
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0}
-        self._batch: tuple[list[Any], dict[int, StoredRecord]] | None = None
+        self._batch: tuple[list[Any], dict[int, StoredRecord], dict[int, int], list[int]] | None = None
         self.cold = cold
         # the random first batch of a cold workload; dropped once its results are in
         self.first = SearchStrategy.create("replay-trace") if cold else None
@@ -119,7 +119,7 @@ class StoreAwareSearch(PySearchStrategy):
         return self.inner.generate_measure_candidates() if self._inner_active else None
 
     def _tell(self, cands: list[Any], results: list[Any]) -> None:
-        if self._from_first:
+        if self._from_first and self.first is not None:
             self.first.notify_runner_results(cands, results)
             self._end_first()
         else:
@@ -130,7 +130,9 @@ class StoreAwareSearch(PySearchStrategy):
         same batch proposed earlier (index -> the earlier index). A random batch of a small
         design space often holds the same schedule twice; it is measured once. A stored
         record the farm does not trust is not known: it is measured again."""
-        known, twins, first = {}, {}, {}
+        known: dict[int, StoredRecord] = {}
+        twins: dict[int, int] = {}
+        first: dict[str, int] = {}
         for i, cand in enumerate(cands):
             h = candidate_hash(record_of(cand, self.workload, self.target))
             if h in first:

@@ -39,7 +39,7 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
         raise ServiceError(f"no phone of key {profile.key} on this tracker",
                            subject=f"tracker {tracker}",
                            hint="start the phones' RPC apps (or `farm phones`) with this key")
-    picked = []
+    picked: list[tuple[str, Any, Any, Any, str]] = []
     for wk in workload_keys or store.workload_keys():
         task = store.get_workload(wk)
         if task is None:

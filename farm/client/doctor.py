@@ -121,7 +121,7 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
                            lambda: check_cross_compiler(profile),
                            "set TVM_NDK_CC to the NDK's aarch64 clang++ (see README: phones)"))
     if config.store_url:
-        checks.append(_run("Redis (store and broker)", lambda: check_store(config.store_url),
+        checks.append(_run("Redis (store and broker)", lambda: check_store(str(config.store_url)),
                            "check FARM_BROKER_URL / FARM_REDIS_URL and `redis-cli -u URL ping`"))
     else:
         from farm.local.services import redis_binary

@@ -173,7 +173,7 @@ def _build(key: str, override: dict[str, Any], subject: str) -> DeviceProfile:
         if name in _CHOICES and value not in _CHOICES[name]:
             raise UsageError(f"{name} must be one of {list(_CHOICES[name])}, got {value!r}",
                              subject=subject, hint=hint)
-        if name in _MINIMUM and (not math.isfinite(value) or value < _MINIMUM[name]):
+        if name in _MINIMUM and (not math.isfinite(value) or value < _MINIMUM[name]):  # type: ignore[arg-type, operator]
             raise UsageError(f"{name} must be a finite number >= {_MINIMUM[name]}, got "
                              f"{value!r}", subject=subject, hint=f"e.g. {name} = {_example(name)}")
     base = BUILTIN_PROFILES.get(key)

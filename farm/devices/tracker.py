@@ -46,9 +46,9 @@ def phones(addr: str) -> dict[str, KeyInfo]:
             key = key[len("server:"):]
         if key:
             totals[key] = totals.get(key, 0) + 1
-            addr = server.get("addr") or [None]
-            if addr[0]:
-                hosts.setdefault(key, set()).add(str(addr[0]))
+            where = server.get("addr") or [None]
+            if where[0]:
+                hosts.setdefault(key, set()).add(str(where[0]))
     out: dict[str, KeyInfo] = {}
     queue = summary.get("queue_info", {})
     for key in set(totals) | set(queue):

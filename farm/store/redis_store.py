@@ -61,7 +61,9 @@ class RedisStore(RecordStore):
         self.__init__(state["url"])  # type: ignore[misc]
 
     @property
-    def r(self) -> redis.Redis:
+    def r(self) -> Any:
+        """The client (decode_responses: every reply is str, which redis-py's own types do not
+        say, hence Any)."""
         if self._client is None:
             self._client = redis.Redis.from_url(
                 self.url, decode_responses=True, socket_connect_timeout=5,
