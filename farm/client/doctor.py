@@ -13,6 +13,7 @@ from pathlib import Path
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError
 from farm.core.profiles import DeviceProfile, resolve_profile
+from farm.devices.tracker import parse_addr
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,9 @@ def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="B")
     func = te.create_prim_func([a, b])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(profile.target_json()))
-    host, _, port = tracker.rpartition(":")
+    host, port = parse_addr(tracker)
     t0 = time.perf_counter()
-    remote = rpc.connect_tracker(host, int(port)).request(profile.key, session_timeout=60)
+    remote = rpc.connect_tracker(host, port).request(profile.key, session_timeout=60)
     from farm.devices.cross import fcompile
 
     cross = fcompile(profile)

@@ -22,6 +22,7 @@ import socket
 import time
 
 from farm.core.errors import UsageError
+from farm.devices.tracker import parse_addr
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -46,7 +47,7 @@ def advertised_address(host: str, advertise: str | None, tracker: str) -> str | 
                          subject=f"phones advertising {addr}",
                          hint="bind an address the workers reach: --host 0.0.0.0 "
                               f"--advertise {addr}")
-    tracker_host = tracker.rpartition(":")[0].strip("[]")
+    tracker_host = parse_addr(tracker)[0]
     if is_loopback(addr) and not _on_this_machine(tracker_host):
         raise UsageError(f"the phones would advertise {addr} to tracker {tracker}, which is on "
                          "another machine: its worker would connect to its own loopback",
@@ -103,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
     from tvm import rpc
 
-    host, port = args.tracker.rsplit(":", 1)
     server = rpc.Server(args.host, args.port, args.port_end, key=args.key,
-                        tracker_addr=(host, int(port)),
+                        tracker_addr=parse_addr(args.tracker),
                         custom_addr=advertised_address(args.host, args.advertise, args.tracker),
                         server_init_callback=functools.partial(_slow_sessions, args.delay_s))
     server.proc.join()

@@ -6,7 +6,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from farm.core.errors import ServiceError
+from farm.core.errors import ServiceError, UsageError
 
 
 @dataclass(frozen=True)
@@ -18,9 +18,14 @@ class KeyInfo:
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ServiceError("bad tracker address, expected HOST:PORT", subject=addr)
+    """A tracker's HOST:PORT (an IPv6 host in brackets: [::1]:9190) as (host, port): the one
+    parser of tracker addresses; a malformed one is a UsageError naming it."""
+    host, _, port = addr.strip().rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError("a tracker address must be HOST:PORT (a port from 1 to 65535)",
+                         subject=f"tracker {addr}",
+                         hint="e.g. --tracker 192.168.1.10:9190 (the worker host's tracker)")
     return host, int(port)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from farm.core.errors import CompileError
+from farm.devices.tracker import parse_addr
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,9 @@ def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
     if tracker is None:
         yield None, tvm.cpu(0)
         return
-    host, _, port = tracker.rpartition(":")
+    host, port = parse_addr(tracker)
     try:
-        remote = rpc.connect_tracker(host, int(port)).request(key, priority=0,
+        remote = rpc.connect_tracker(host, port).request(key, priority=0,
                                                               session_timeout=int(timeout_s))
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"cannot get a phone of key {key} to run the model: {e}",

@@ -75,11 +75,9 @@ def check_tracker(addr: str, device_key: str, wait_s: float) -> None:
     """--tracker (where the compiled model runs, on a phone of the key) is HOST:PORT, a TVM RPC
     tracker answers there, and (unless waiting for devices) it has a phone of the key: found
     now, not at the compile step after the whole tuning."""
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError("--tracker must be HOST:PORT", subject=f"tracker {addr}",
-                         hint="e.g. --tracker 192.168.1.10:9190 (the worker host's tracker)")
     from farm.devices import tracker
+
+    tracker.parse_addr(addr)  # a UsageError when it is no HOST:PORT
 
     before = socket.getdefaulttimeout()
     socket.setdefaulttimeout(10.0)  # TVM's tracker client waits forever on a silent peer
