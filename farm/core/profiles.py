@@ -82,6 +82,24 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         threads=4,
         notes="An Android phone running the TVM RPC app; set TVM_NDK_CC to the NDK clang++.",
     ),
+    # the common big (and little) cores of Android phones: mcpu lets LLVM schedule for the
+    # core and use what it has (dot products, its pipeline), as cpu-local does for this host
+    **{f"android-{core}": DeviceProfile(
+        key=f"android-{core}",
+        target={"kind": "llvm", "mtriple": "aarch64-linux-android", "mcpu": core,
+                "mattr": ["+neon"]},
+        export="cross",
+        cc="$TVM_NDK_CC",
+        threads=threads,
+        notes=f"An Android phone's {core} cores ({phones}) through the TVM RPC app; set "
+              "TVM_NDK_CC to the NDK clang++.",
+    ) for core, threads, phones in (
+        ("cortex-a76", 4, "e.g. Snapdragon 855/865, Kirin 980/990, Dimensity 1000"),
+        ("cortex-a78", 4, "e.g. Snapdragon 778G, Dimensity 1200, Exynos 1280"),
+        ("cortex-x1", 1, "the prime core of Snapdragon 888, Exynos 2100, Google Tensor"),
+        ("cortex-x3", 1, "the prime core of Snapdragon 8 Gen 2, Dimensity 9200"),
+        ("cortex-a55", 4, "the little cores of most phones since 2018"),
+    )},
     "android-arm64-opencl": DeviceProfile(
         key="android-arm64-opencl",
         target={
