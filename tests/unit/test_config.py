@@ -46,7 +46,7 @@ def test_unknown_device_keys_are_refused_where_a_job_is_submitted():
         resolve_profile("cpu-locl", strict=True)
     text = str(e.value)
     assert "device key cpu-locl" in text and "[profiles.cpu-locl]" in text
-    assert "cpu-local, android-arm64, android-arm64-opencl, arm64-sim" in text
+    assert "known keys: " + ", ".join(BUILTIN_PROFILES) in text
     for key in BUILTIN_PROFILES:  # built-ins keep working
         assert resolve_profile(key, strict=True).key == key
     declared = {"pixel7": {"target": {"kind": "llvm"}}}  # a profile given explicitly
