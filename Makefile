@@ -54,12 +54,13 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"
 
 # ruff, the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml), a type
-# check (mypy: [tool.mypy]), and the sizes (scripts/sizes.py: modules <= 400 lines, functions <= 60)
+# check (mypy: [tool.mypy]), and the rules
+# of scripts/rules.py (modules <= 400 lines, functions <= 60, FARM_* read by the config only)
 lint: venv
 	$(BIN)/ruff check farm workers tests bench examples scripts
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
-	$(BIN)/python scripts/sizes.py
+	$(BIN)/python scripts/rules.py
 
 bench: venv
 	$(BIN)/python bench/run.py

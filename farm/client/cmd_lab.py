@@ -35,14 +35,14 @@ def cmd_phones(args: argparse.Namespace) -> int:
     log_dir = Path(args.log_dir)
     group = services.ServiceGroup()
     try:
-        home = Path(config_of(args).home)
+        config = config_of(args)
         from farm.devices.phone import advertised_address
 
         shown = (advertised_address(args.host, args.advertise, args.tracker)
                  or "the address they reach the tracker from")
         for i in range(args.count):
             group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
-                                           host=args.host, arch=args.arch, home=home,
+                                           host=args.host, arch=args.arch, config=config,
                                            advertise=args.advertise))
         from farm.devices.tracker import wait_for_phones
 

@@ -53,6 +53,8 @@ class FarmConfig:
     # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
     # (a round searches, builds, then measures, so its search may use every core it has)
     search_cores: int = 0
+    arm64_root: Path | None = None  # the emulated arm64 phone's root (default: home/arm64-sim)
+    debian_mirror: str = "http://deb.debian.org/debian"  # where that root's packages come from
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     config_file: Path | None = None  # the farm.toml read (a child process reads it too)
 
@@ -61,6 +63,11 @@ class FarmConfig:
         if self.search_cores > 0:
             return self.search_cores
         return max(1, (os.cpu_count() or 1) // max(1, self.worker_concurrency))
+
+    @property
+    def arm64_dir(self) -> Path:
+        """Where the emulated arm64 phone's root is made, once (farm/devices/arm64sim.py)."""
+        return self.arm64_root if self.arm64_root is not None else self.home / "arm64-sim"
 
     @property
     def store_url(self) -> str | None:
@@ -167,6 +174,8 @@ _ENV = {
     "builder_workers": "FARM_BUILDER_WORKERS",
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
     "search_cores": "FARM_SEARCH_CORES",
+    "arm64_root": "FARM_ARM64_ROOT",
+    "debian_mirror": "FARM_DEBIAN_MIRROR",
 }
 
 
@@ -177,7 +186,7 @@ _FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency"
 def _kind(name: str) -> str:
     """"int", "float", "path" or "str": what setting `name` holds."""
     kind = str({f.name: f.type for f in fields(FarmConfig)}[name])
-    if name == "home":
+    if name in ("home", "arm64_root"):
         return "path"
     if "int" in kind and "float" not in kind:
         return "int"

@@ -37,10 +37,6 @@ SITE = "/opt/farm-py"  # inside the root
 STAMP = "ready-v1"
 
 
-def root_dir(home: Path) -> Path:
-    return Path(os.environ.get("FARM_ARM64_ROOT") or home / "arm64-sim")
-
-
 def missing_tools() -> list[str]:
     return [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
 
@@ -72,10 +68,10 @@ def _run(argv: list[str], what: str, log_file: Path) -> None:
                            hint=f"see {log_file}")
 
 
-def prepare(home: Path) -> Path:
-    """The arm64 root (made on first use, ~250 MB, a minute or two); returns its path."""
+def prepare(base: Path, mirror: str) -> Path:
+    """The arm64 root under `base` (made on first use from Debian's `mirror`, ~250 MB, a
+    minute or two); returns its path."""
     check_tools()
-    base = root_dir(home)
     root = base / "rootfs"
     with _locked(base / "setup.lock"):
         if (base / STAMP).is_file():
@@ -85,7 +81,6 @@ def prepare(home: Path) -> Path:
         log.warning("arm64-sim: making the emulated phone's arm64 root in %s (once)", base)
         if root.exists():
             shutil.rmtree(root)
-        mirror = os.environ.get("FARM_DEBIAN_MIRROR", "http://deb.debian.org/debian")
         # --foreign: download and unpack, run nothing arm64 (no chroot, no binfmt_misc)
         _run(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase",
               f"--include={DEBS}", SUITE, str(root), mirror], "debootstrap of the arm64 root",

@@ -227,7 +227,7 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         group.add(tracker_svc)
         for i in range(config.phones):
             group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
-                                           arch=arch, home=home,
+                                           arch=arch, config=config,
                                            delay_s=config.phone_delay_s))
         from farm.devices.tracker import wait_for_phones
 

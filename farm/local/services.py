@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from farm.core.config import FarmConfig, load_config
 from farm.core.errors import ServiceError, UsageError
 
 log = logging.getLogger(__name__)
@@ -197,12 +198,13 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
-                host: str = LOOPBACK, arch: str = "", home: Path | None = None,
+                host: str = LOOPBACK, arch: str = "", config: FarmConfig | None = None,
                 delay_s: float = 0.0, advertise: str | None = None) -> Service:
     """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
     under `key` with the address workers connect to: `advertise`, else `host` (see
     farm.devices.phone.advertised_address; raises UsageError for one no worker could reach). With
-    arch "arm64" it runs aarch64 TVM under qemu (farm/devices/arm64sim.py; set up once in `home`).
+    arch "arm64" it runs aarch64 TVM under qemu (farm/devices/arm64sim.py; set up once in the
+    config's arm64_dir).
     With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py)."""
     from farm.devices.phone import advertised_address
 
@@ -211,10 +213,10 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
     if arch == "arm64":
-        from farm.core.config import default_home
         from farm.devices import arm64sim
 
-        python = arm64sim.python_argv(arm64sim.prepare(home or default_home()))
+        config = config if config is not None else load_config()
+        python = arm64sim.python_argv(arm64sim.prepare(config.arm64_dir, config.debian_mirror))
         env = arm64sim.phone_env(threads)
     elif arch:
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from farm.core.config import load_config
 from farm.devices import arm64sim
 from farm.devices.tracker import wait_for_phones
 from farm.local import services
@@ -27,14 +28,14 @@ ENV = {"FARM_ARM64_ROOT": str(ROOT)}
 def arm64_tracker(tmp_path_factory):
     missing = arm64sim.missing_tools()
     assert not missing, f"apt-get install {' '.join(missing)} (`make test` does it as root)"
-    os.environ["FARM_ARM64_ROOT"] = str(ROOT)
     logs = tmp_path_factory.mktemp("arm64-logs")
     group = services.ServiceGroup()
     try:
         svc, tracker = services.start_tracker(logs)
         group.add(svc)
+        config = load_config({}, env={"FARM_HOME": str(logs), **ENV})
         group.add(services.start_phone(tracker, "arm64-sim", 0, logs, arch="arm64",
-                                       home=logs))
+                                       config=config))
         wait_for_phones(tracker, "arm64-sim", 1, timeout_s=300)
         yield tracker
     finally:
