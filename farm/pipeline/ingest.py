@@ -350,3 +350,24 @@ def _unsupported_ops(msg: str) -> list[str]:
     if not m:
         return []
     return [s.strip(" '\"") for s in m.group(1).split(",") if s.strip(" '\"")]
+
+
+def export_module(model: Any, example_inputs: tuple[Any, ...] | None, path: Path) -> Path:
+    """An nn.Module (a notebook's) saved as a torch.export program at `path`, the file a job
+    reads: the module is traced with `example_inputs` here, nothing of it is pickled."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"a model is a .pt2/.pt path or an nn.Module, not a "
+                         f"{type(model).__name__}", subject="model")
+    if not example_inputs or not isinstance(example_inputs, tuple):
+        raise UsageError("an nn.Module needs example_inputs: a tuple of tensors of the shapes "
+                         "to tune for", subject=type(model).__name__,
+                         hint="e.g. example_inputs=(torch.randn(1, 3, 224, 224),)")
+    try:
+        program = torch.export.export(model.eval(), example_inputs)
+    except Exception as e:  # noqa: BLE001
+        raise IngestError(f"torch.export cannot export this model: {_first_line(e)}",
+                          subject=type(model).__name__) from e
+    torch.export.save(program, str(path))
+    return path

@@ -356,3 +356,27 @@ def test_a_killed_host_disappears_after_its_heartbeat_expires(lab, tmp_path):
     wait_devices(lab, tmp_path, {HOST1, HOST2, host3})
     worker.signal(signal.SIGKILL)
     wait_devices(lab, tmp_path, {HOST1, HOST2}, timeout_s=60)
+
+
+def test_the_python_api_submits_to_the_lab_and_waits_later(lab, tmp_path, monkeypatch):
+    """farm.Farm(broker=...): an nn.Module submitted without waiting; the job is followed
+    through the API (status from the store, then wait: finalized and compiled here)."""
+    import torch
+
+    import farm
+
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    wait_devices(lab, tmp_path, {HOST1, HOST2})
+    torch.manual_seed(19)
+    net = torch.nn.Sequential(torch.nn.Linear(19, 8), torch.nn.ReLU())
+    on_lab = farm.Farm(broker=lab["redis"], settings={"round_trials": 2})
+    assert not on_lab.embedded
+    job = on_lab.submit(net, example_inputs=(torch.randn(2, 19),), trials_per_task=2,
+                        out=tmp_path / "out", wait=False)
+    assert job.summary is None  # dispatched, not finished
+    assert job.status()["job_id"] == job.job_id
+    summary = job.wait(timeout_s=600)
+    assert summary["job_id"] == job.job_id and summary["numerics_ok"]
+    assert (tmp_path / "out" / "model.so").is_file()
+    hosts = set().union(*hosts_of_records(lab["redis"], summary).values())
+    assert hosts <= {HOST1, HOST2} and hosts  # measured on the lab's phones

@@ -1,0 +1,202 @@
+"""The Python API: what the `farm` command does, for notebooks and scripts.
+
+    import farm
+
+    lab = farm.Farm()                         # the embedded farm ($FARM_BROKER_URL: that lab)
+    job = lab.submit(net, example_inputs=(torch.randn(1, 3, 224, 224),),
+                     trials_per_task=32, out="runs/net")
+    job.summary["speedup"]                    # what `farm submit` prints, as a dict
+    lab.cache.ls()                            # what the record store holds
+
+Contract:
+- `Farm` holds a config, nothing else: it opens the store for each call and closes it, so a
+  `Farm` can be kept in a notebook for days and pickled.
+- The embedded farm (no broker) lives for one `submit`: the job runs to its end inside the
+  call, and `Job.summary` is set when it returns. A lab farm can return at once
+  (`wait=False`): `Job.status()` reads the store, `Job.wait()` waits, finalizes and compiles
+  like `farm wait`.
+- An `nn.Module` is exported here with `torch.export` (a `.pt2` in the results folder's
+  parent, deleted after the job, or kept as `.<out>.<Class>.pt2` for a `wait=False` job that
+  `Job.wait` compiles later); workers still receive TVM JSON only, never the module.
+- Errors are `farm.FarmError`s naming their subject, as on the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from farm.core.config import FarmConfig, load_config
+from farm.core.errors import UsageError
+from farm.store import RecordStore
+
+
+@dataclass
+class Job:
+    """A job on a farm. `summary` is what `<out>/summary.json` holds, once the job is compiled."""
+
+    farm: Farm
+    job_id: str
+    out: Path
+    summary: dict[str, Any] | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The job as `farm status JOB --json` shows it: per task its trials, best and state."""
+        from farm.client.progress import job_view
+
+        with self.farm.store() as store:
+            return job_view(store, store.require_job(self.job_id))
+
+    def wait(self, timeout_s: float | None = None,
+             report: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
+        summary. A job of the embedded farm is finished when `submit` returns."""
+        if self.summary is not None:
+            return self.summary
+        from farm.pipeline.job import follow
+
+        self.summary = follow(self.job_id, self.farm.config, report or _quiet, out=self.out,
+                              force=True, timeout_s=timeout_s)
+        return self.summary
+
+
+@dataclass
+class Cache:
+    """The record store, as `farm cache` shows it (ls, show, stats, export, import, rm)."""
+
+    farm: Farm
+
+    def ls(self, device_key: str | None = None) -> list[dict[str, Any]]:
+        from farm.client import cache
+
+        with self.farm.store() as store:
+            return cache.entries(store, device_key)
+
+    def show(self, workload_key: str, top: int = 5) -> dict[str, Any]:
+        from farm.client import cache
+
+        with self.farm.store() as store:
+            return cache.show(store, workload_key, top)
+
+    def stats(self) -> dict[str, Any]:
+        from farm.client import cache
+
+        with self.farm.store() as store:
+            return cache.stats(store)
+
+    def export(self, out_dir: str | Path, device_key: str | None = None) -> int:
+        """The best record per workload as a MetaSchedule JSONDatabase in `out_dir`."""
+        from farm.client import cache
+
+        with self.farm.store() as store:
+            return cache.export(store, Path(out_dir), device_key)
+
+    def import_log(self, log_dir: str | Path, device_key: str | None = None,
+                   retarget: bool = False) -> Any:
+        """Seed the store from a JSONDatabase folder (unverified records); the report."""
+        from farm.client import cache
+        from farm.core.profiles import resolve_profile
+        from farm.pipeline.job import target_cpu
+
+        config = self.farm.config
+        key = device_key or config.device_key
+        profile = resolve_profile(key, config.profiles).on_cpu(
+            target_cpu(replace(config, device_key=key), _quiet))
+        with self.farm.store() as store:
+            return cache.import_log(store, Path(log_dir), profile, retarget=retarget)
+
+    def rm(self, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
+        from farm.client import cache
+
+        with self.farm.store() as store:
+            return cache.remove(store, workload_keys, source)
+
+
+@dataclass
+class Farm:
+    """A farm to tune on: the lab farm at `broker` (default $FARM_BROKER_URL), else the
+    embedded one. `config` is a farm.toml; `settings` are FarmConfig fields (flags)."""
+
+    broker: str | None = None
+    config_file: str | Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.config: FarmConfig = load_config({**self.settings, "broker_url": self.broker},
+                                              config_file=self.config_file)
+
+    @property
+    def embedded(self) -> bool:
+        return not self.config.broker_url
+
+    @property
+    def cache(self) -> Cache:
+        return Cache(self)
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[RecordStore]:
+        """The farm's record store for a moment (the embedded farm's Redis is started for it)."""
+        from farm.local.embedded import embedded_store_url
+        from farm.store import open_store
+
+        with contextlib.ExitStack() as stack:
+            url = self.config.store_url or stack.enter_context(embedded_store_url(self.config))
+            store = open_store(url)
+            stack.callback(store.close)
+            store.ping()
+            yield store
+
+    def submit(self, model: Any, example_inputs: tuple[Any, ...] | None = None, *,
+               out: str | Path, trials_per_task: int = 32, trials: int = 0,
+               device_key: str | None = None, wait: bool = True,
+               timeout_s: float | None = None, priority: str = "normal",
+               input_shape: str | None = None, force: bool = False,
+               report: Callable[[str], None] | None = None) -> Job:
+        """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
+        it into `out`. `trials`: a job budget (0: none). With `wait=False` (a lab farm
+        only) the job is returned once dispatched."""
+        from farm.pipeline.job import SubmitOptions, submit
+
+        config = self.config if device_key is None else replace(self.config,
+                                                                device_key=device_key)
+        out = Path(out)
+        with _model_file(model, example_inputs, out, keep=not wait) as path:
+            opts = SubmitOptions(model=path, out=out, trials_per_task=trials_per_task,
+                                 trials_budget=trials, input_shape=input_shape, force=force,
+                                 wait=wait, timeout_s=timeout_s, priority=priority)
+            result = submit(opts, config, report=report or _quiet)
+        job = Job(self, result["job_id"], out)
+        if "tasks" in result:
+            job.summary = result
+        return job
+
+
+@contextlib.contextmanager
+def _model_file(model: Any, example_inputs: tuple[Any, ...] | None, out: Path,
+                keep: bool = False) -> Iterator[Path]:
+    """A model file for `model`: the path given, or an nn.Module exported to a .pt2 beside
+    `out`: for the call's lifetime, or kept (`keep`: a job that `Job.wait` compiles later)."""
+    if isinstance(model, (str, Path)):
+        if example_inputs is not None:
+            raise UsageError("example_inputs are for an nn.Module; a model file carries its own "
+                             "(or pass input_shape for a TorchScript .pt)", subject=str(model))
+        yield Path(model)
+        return
+    from farm.pipeline.ingest import export_module
+
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if keep:
+        yield export_module(model, example_inputs,
+                            parent / f".{out.name}.{type(model).__name__}.pt2")
+        return
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.model-", dir=parent) as tmp:
+        yield export_module(model, example_inputs, Path(tmp) / f"{type(model).__name__}.pt2")
+
+
+def _quiet(_line: str) -> None:
+    """Progress lines are dropped unless a `report` callback is given."""
