@@ -60,12 +60,17 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                      grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
-    supervisor = Supervisor(app, open_store(config.store_url),
-                            redis.Redis.from_url(str(config.broker_url), decode_responses=True,
-                                                 socket_connect_timeout=5, socket_timeout=30),
-                            name, interval_s=config.supervisor_interval_s,
+    broker = redis.Redis.from_url(str(config.broker_url), decode_responses=True,
+                                  socket_connect_timeout=5, socket_timeout=30)
+    supervisor = Supervisor(app, open_store(config.store_url), broker, name,
+                            interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))
     supervisor.start()
+    if config.metrics_port:
+        from workers.metrics import serve
+
+        serve(open_store(config.store_url), broker, name, keys, config.metrics_host,
+              config.metrics_port)
     argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
             "-E", "-P", pool, "--without-mingle", "--without-gossip"]

@@ -126,6 +126,9 @@ def _lab_commands(sub: Any) -> None:
     w.add_argument("--keys", help="device keys to serve (default: every key on the tracker)")
     w.add_argument("--concurrency", type=int, help="rounds at once (default: 2 when the phones are devices of their own, 1 when they are emulated on this host)")
     w.add_argument("--hostname", help="Celery node name (default farm@<host>)")
+    w.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port "
+                   "(default $FARM_METRICS_PORT, else none)")
+    w.add_argument("--metrics-host", help="address of /metrics (default 127.0.0.1)")
     w.add_argument("--loglevel", default="INFO")
     w.add_argument("--pool", default="prefork", choices=["prefork", "solo"])
     w.set_defaults(func=cmd_worker)

@@ -17,7 +17,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.main import run_worker  # the CLI is the one place that starts a worker
 
     config = config_of(args, broker_url=args.broker, redis_url=args.redis,
-                     worker_concurrency=args.concurrency)
+                     worker_concurrency=args.concurrency, metrics_port=args.metrics_port,
+                     metrics_host=args.metrics_host)
     keys = [k for k in (args.keys or "").split(",") if k]
     return run_worker(config, args.tracker, keys or None, args.hostname, args.loglevel, args.pool)
 

@@ -53,6 +53,9 @@ class FarmConfig:
     # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
     # (a round searches, builds, then measures, so its search may use every core it has)
     search_cores: int = 0
+    # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's root (default: home/arm64-sim)
     debian_mirror: str = "http://deb.debian.org/debian"  # where that root's packages come from
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -87,6 +90,8 @@ class FarmConfig:
                 raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
             raise bad("worker_concurrency", "must be >= 0 (0: automatic)")
+        if not 0 <= self.metrics_port < 65536:
+            raise bad("metrics_port", "must be a port from 1 to 65535 (0: no metrics)")
         if self.search_cores < 0:
             raise bad("search_cores", "must be >= 0 (0: automatic)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
@@ -174,6 +179,8 @@ _ENV = {
     "builder_workers": "FARM_BUILDER_WORKERS",
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
     "search_cores": "FARM_SEARCH_CORES",
+    "metrics_port": "FARM_METRICS_PORT",
+    "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",
     "debian_mirror": "FARM_DEBIAN_MIRROR",
 }

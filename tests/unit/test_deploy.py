@@ -78,3 +78,19 @@ def test_compose_keeps_secrets_off_command_lines():
                        "--basic-auth", "--broker"):
             assert secret not in command, (name, command)
     assert "exec redis-server -" in " ".join(spec["services"]["redis"]["command"])
+
+
+def test_the_dashboard_asks_only_for_metrics_a_worker_serves():
+    """Every metric deploy/grafana/tunefarm.json queries is one workers/metrics.py defines."""
+    import json
+    import re
+
+    board = json.loads((ROOT / "deploy" / "grafana" / "tunefarm.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    asked = {m for e in exprs for m in re.findall(r"\btunefarm_\w+", e)}
+    served = set(re.findall(r'"(tunefarm_\w+)"', (ROOT / "workers" / "metrics.py").read_text()))
+    served |= {f"{name}_total" for name in served}  # counters are exposed with _total
+    assert asked and asked <= served, asked - served
+    scrape = (ROOT / "deploy" / "prometheus.yml").read_text()
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert "worker:9464" in scrape and '"--metrics-port", "9464"' in compose
