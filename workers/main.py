@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import time
 from dataclasses import replace
 
@@ -33,14 +32,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         raise ServiceError("the tracker has no phones registered, so this host has no device key "
                            "to serve", subject=f"tracker {tracker}",
                            hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
-    if config.worker_concurrency == 0:
-        known = any(found[k].hosts for k in keys if k in found)  # none yet: assume emulated
-        own = known and not tracker_mod.phones_on_this_host(found, keys)
-        config = replace(config, worker_concurrency=2 if own else 1)
-        why = ("its phones are devices of their own" if own else
-               "its phones run on this host (emulated): measurements keep its cores" if known
-               else "no phone registered yet: assuming emulated phones")
-        log.info("worker: %s, so %d round(s) at once", why, config.worker_concurrency)
+    config = _concurrency(config, found, keys)
     from workers.app import build_app
     from workers.heartbeat import Heartbeat
     from workers.supervisor import Supervisor
@@ -83,5 +75,16 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m workers.main` is `farm worker`
-    sys.exit(run_worker(FarmConfig(), sys.argv[1]))
+def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:
+    """Rounds at once, when not set: 2 when the phones are devices of their own (one round
+    searches and builds while the other's batch is on the phones), 1 when they are emulated
+    on this host (measurements must not share its cores)."""
+    if config.worker_concurrency != 0:
+        return config
+    known = any(found[k].hosts for k in keys if k in found)  # none yet: assume emulated
+    own = known and not tracker_mod.phones_on_this_host(found, keys)
+    why = ("its phones are devices of their own" if own else
+           "its phones run on this host (emulated): measurements keep its cores" if known
+           else "no phone registered yet: assuming emulated phones")
+    log.info("worker: %s, so %d round(s) at once", why, 2 if own else 1)
+    return replace(config, worker_concurrency=2 if own else 1)

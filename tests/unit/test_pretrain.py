@@ -5,11 +5,20 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from farm.core.profiles import resolve_profile
 from farm.store import StoredRecord, candidate_hash, open_store
 from tests.unit.test_cache import matmul_mod
 
+
+@pytest.fixture(autouse=True, scope="module")
+def cpu_intrinsics():
+    """TuneContext imports TVM's whole intrinsic registry (30-40 s here) unless the CPU ones
+    are registered first, as a worker does (farm/devices/intrinsics.py)."""
+    from farm.devices.intrinsics import load_for
+
+    load_for("llvm")
 
 def seed(store, n: int = 64, count: int = 120):
     import tvm

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import tempfile
 
+import pytest
+
 from farm.store import open_store
 from tests.unit.test_cache import matmul_mod
+
+
+@pytest.fixture(autouse=True, scope="module")
+def cpu_intrinsics():
+    """TuneContext imports TVM's whole intrinsic registry (30-40 s here) unless the CPU ones
+    are registered first, as a worker does (farm/devices/intrinsics.py)."""
+    from farm.devices.intrinsics import load_for
+
+    load_for("llvm")
 
 BUILDER: dict = {}  # one warm build process for both runs (a fresh pool costs ~20 s a batch)
 
