@@ -32,6 +32,7 @@ from typing import Any
 
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import UsageError
+from farm.pipeline.options import DEFAULT_TRIALS
 from farm.store import RecordStore
 
 
@@ -151,7 +152,7 @@ class Farm:
             yield store
 
     def submit(self, model: Any, example_inputs: tuple[Any, ...] | None = None, *,
-               out: str | Path, trials_per_task: int = 32, trials: int = 0,
+               out: str | Path, trials_per_task: int = DEFAULT_TRIALS, trials: int = 0,
                device_key: str | None = None, wait: bool = True,
                timeout_s: float | None = None, priority: str = "normal",
                input_shape: str | None = None, force: bool = False,

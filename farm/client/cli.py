@@ -31,6 +31,7 @@ from farm.client.cmd_lab import (
     cmd_worker,
 )
 from farm.core.errors import EXIT_INTERRUPTED, FarmError
+from farm.core.messages import PRIORITIES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +75,7 @@ def _submit_command(sub: Any) -> None:
     s.add_argument("--wait-for-devices", type=float, metavar="SECONDS",
                    help="lab mode: wait this long for a host with phones of the key "
                         "(default: fail at once)")
-    s.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
+    s.add_argument("--priority", default="normal", choices=list(PRIORITIES),
                    help="queued rounds of a higher priority job run first (default normal; "
                         "jobs of one priority share the phones round by round)")
     s.set_defaults(func=cmd_submit)

@@ -15,6 +15,7 @@ from farm.core.errors import UsageError
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from farm.pipeline.job import SubmitOptions, submit
+    from farm.pipeline.options import DEFAULT_TRIALS
 
     config = config_of(args, device_key=args.device_key, round_trials=args.round_trials,
                      phones=args.phones, broker_url=args.broker)
@@ -24,7 +25,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     opts = SubmitOptions(
         model=Path(args.model), out=Path(args.out),
         trials_per_task=(args.trials_per_task if args.trials_per_task is not None
-                         else (args.trials if args.trials else 32)),
+                         else (args.trials if args.trials else DEFAULT_TRIALS)),
         trials_budget=args.trials or 0, early_stop_rounds=args.early_stop or 0,
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,

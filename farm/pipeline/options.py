@@ -10,12 +10,14 @@ from typing import Any
 from farm.core.errors import StoreError
 from farm.core.messages import JobSpec
 
+DEFAULT_TRIALS = 32  # trials per task when neither --trials-per-task nor --trials says
+
 
 @dataclass(frozen=True)
 class SubmitOptions:
     model: Path
     out: Path
-    trials_per_task: int = 32  # per-task budget (the cap of each task in budget mode)
+    trials_per_task: int = DEFAULT_TRIALS  # per-task budget (the cap of each task in budget mode)
     trials_budget: int = 0  # > 0: a job budget spent by the planner (--trials N)
     early_stop_rounds: int = 0  # > 0: stop a task after this many rounds without gain
     input_shape: str | None = None
