@@ -114,6 +114,8 @@ def _job_commands(sub: Any) -> None:
 
     rp = sub.add_parser("report", help="rebuild <out>/report.html of a finished job")
     rp.add_argument("out", help="the job's --out folder")
+    rp.add_argument("--against", metavar="OUT2",
+                    help="another run's --out folder: the two runs side by side in the report")
     rp.add_argument("--broker")
     rp.set_defaults(func=cmd_report)
 

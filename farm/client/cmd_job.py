@@ -115,12 +115,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from farm.pipeline import report
 
     out = Path(args.out)
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError) as e:
-        raise StoreError(f"no readable summary.json: {e}", subject=str(out),
-                         hint="pass the --out folder of a finished job") from e
+    summary = _summary_of(out, StoreError)
+    against = _summary_of(Path(args.against), StoreError) if args.against else None
     with store_of(args) as store:
-        path = report.write(out, summary, store)
-    print(f"wrote {path}")
+        path = report.write(out, summary, store, against)
+    print(f"wrote {path}" + (f" (against {args.against})" if against else ""))
     return 0
+
+
+def _summary_of(out: Path, error: type) -> dict[str, Any]:
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        raise error(f"no readable summary.json: {e}", subject=str(out),
+                    hint="pass the --out folder of a finished job") from e

@@ -1,8 +1,9 @@
 """`<out>/report.html`: one self-contained page (inline SVG, no network) explaining a job.
 
-Per task the tuning curve (best latency vs trials), the model's time per task
-before and after tuning, tuned vs untuned vs torch, failures by class, trials
-from the store vs measured, and the functions that kept a default schedule.
+Per task the tuning curve (best latency vs trials, with axes), what the store holds of it
+(`farm cache show KEY`), the model's time per task, tuned vs untuned vs torch, failures by
+class, trials from the store vs measured, the functions that kept a default schedule; and,
+with `against` (another run's summary), the two runs side by side.
 """
 
 from __future__ import annotations
@@ -29,50 +30,114 @@ def curve(store: RecordStore, wk: str) -> list[tuple[int, float]]:
     return out
 
 
+def _ticks(lo: float, hi: float) -> list[float]:
+    """Three tick values on an axis: its ends and its middle."""
+    return [lo, (lo + hi) / 2, hi]
+
+
 def svg_curve(points: list[tuple[int, float]]) -> str:
+    """The tuning curve: best latency so far (us, y) against trials measured (x), with axes."""
     if not points:
         return '<svg width="360" height="40"><text x="4" y="24">no valid record</text></svg>'
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
     x0, x1 = min(xs), max(max(xs), min(xs) + 1)
     y0, y1 = min(ys), max(max(ys), min(ys) * 1.05 + 1e-9)
+    left, bottom = PAD + 18, H - PAD + 8  # room for the y labels, and the x labels below
 
     def sx(x: float) -> float:
-        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD)
+        return left + (x - x0) / (x1 - x0) * (W - left - 12)
 
     def sy(y: float) -> float:
-        return H - PAD + -(y - y0) / (y1 - y0) * (H - 2 * PAD)
+        return bottom - (y - y0) / (y1 - y0) * (bottom - 24)
 
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}"
                     for i, (x, y) in enumerate(points))
+    axes = (f'<line x1="{left}" y1="{bottom}" x2="{W - 12}" y2="{bottom}" stroke="#555"/>'
+            f'<line x1="{left}" y1="24" x2="{left}" y2="{bottom}" stroke="#555"/>')
+    for t in _ticks(x0, x1):
+        axes += (f'<text x="{sx(t):.1f}" y="{bottom + 12}" font-size="9" '
+                 f'text-anchor="middle">{t:.0f}</text>')
+    for t in _ticks(y0, y1):
+        axes += (f'<text x="{left - 3}" y="{sy(t) + 3:.1f}" font-size="9" '
+                 f'text-anchor="end">{t:.1f}</text>')
+    axes += (f'<text x="{(left + W) / 2:.0f}" y="{H - 2}" font-size="10" '
+             f'text-anchor="middle">trials measured</text>'
+             f'<text x="10" y="{(24 + bottom) / 2:.0f}" font-size="10" text-anchor="middle" '
+             f'transform="rotate(-90 10 {(24 + bottom) / 2:.0f})">best us</text>')
     return (f'<svg class="curve" width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg">'
-            f'<rect width="{W}" height="{H}" fill="#fafafa"/>'
+            f'<rect width="{W}" height="{H}" fill="#fafafa"/>{axes}'
             f'<path d="{path}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
-            f'<text x="{PAD}" y="14" font-size="11">best {ys[-1]:.1f} us after {xs[-1]} trials'
-            f' (first valid: {ys[0]:.1f} us)</text>'
-            f'<text x="{PAD}" y="{H - 8}" font-size="10">trials {x0}..{x1}</text></svg>')
+            f'<text x="{left}" y="14" font-size="11">best {ys[-1]:.1f} us after {xs[-1]} trials'
+            f' (first valid: {ys[0]:.1f} us)</text></svg>')
 
 
 def svg_bars(items: list[tuple[str, float]], unit: str = "us") -> str:
+    """Horizontal bars with their whole labels (the label column is as wide as the longest)."""
     if not items:
         return ""
     top = max(v for _, v in items) or 1.0
+    label_w = min(560, 12 + 6.5 * max(len(label) for label, _ in items))
     rows = []
     for i, (label, v) in enumerate(items):
         y = 8 + i * 22
         w = max(1.0, v / top * 260)
         rows.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(label)}</text>'
-                    f'<rect x="110" y="{y}" width="{w:.1f}" height="14" fill="#ff7f0e"/>'
-                    f'<text x="{116 + w:.1f}" y="{y + 12}" font-size="11">{v:.1f} {unit}</text>')
-    return (f'<svg class="bars" width="460" height="{16 + 22 * len(items)}" '
+                    f'<rect x="{label_w:.0f}" y="{y}" width="{w:.1f}" height="14" fill="#ff7f0e"/>'
+                    f'<text x="{label_w + 6 + w:.1f}" y="{y + 12}" font-size="11">'
+                    f'{v:.1f} {unit}</text>')
+    return (f'<svg class="bars" width="{label_w + 340:.0f}" height="{16 + 22 * len(items)}" '
             f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
+
+
+def cache_view(store: RecordStore, wk: str, top: int = 5) -> str:
+    """What `farm cache show KEY` says of a task's workload, folded under its row."""
+    records = sorted((r for r in store.records(wk) if r.valid),
+                     key=lambda r: r.run_us or 0.0)[:top]
+    rows = "".join(f"<tr><td><code>{html.escape(r.candidate[:12])}</code></td>"
+                   f"<td>{_us(r.run_us)}</td><td>{html.escape(r.job_id or '-')}</td>"
+                   f"<td>{html.escape(r.host or '-')}</td><td>{html.escape(r.source)}</td></tr>"
+                   for r in records)
+    return (f"<details><summary><code>farm cache show {html.escape(wk)}</code></summary>"
+            f"<table><tr><th>candidate</th><th>us</th><th>job</th><th>host</th><th>source</th>"
+            f"</tr>{rows}</table></details>")
+
+
+def compare(summary: dict[str, Any], other: dict[str, Any]) -> str:
+    """This run beside another (`farm report OUT --against OUT2`): the model's latencies,
+    then per task (matched by workload key) best latency, trials and the ratio."""
+    a, b = summary["latency_us"], other["latency_us"]
+    head = "".join(f"<tr><td>{k}</td><td>{a[k]:.1f}</td><td>{b[k]:.1f}</td>"
+                   f"<td>{a[k] / b[k] if b[k] else float('nan'):.2f}</td></tr>"
+                   for k in ("torch", "untuned", "tuned"))
+    theirs = {t["workload_key"]: t for t in other["tasks"]}
+    rows = []
+    for t in summary["tasks"]:
+        o = theirs.get(t["workload_key"])
+        ratio = (f"{t['best_us'] / o['best_us']:.2f}" if o and t["best_us"] and o["best_us"]
+                 else "-")
+        rows.append(f"<tr><td>{html.escape(t['name'])}</td><td>{_us(t['best_us'])}</td>"
+                    f"<td>{_us(o['best_us']) if o else 'not in that run'}</td><td>{ratio}</td>"
+                    f"<td>{t['trials_measured']}</td><td>{o['trials_measured'] if o else '-'}</td>"
+                    f"<td>{t.get('measure_s', 0):.0f}</td>"
+                    f"<td>{o.get('measure_s', 0) if o else 0:.0f}</td></tr>")
+    them = html.escape(f"{other['job_id']} ({other['model']}, {other.get('out', '')})")
+    return f"""<h2 id="compare">Against job {them}</h2>
+<p>ratio = this run / that run: below 1 is faster here. Wall time {summary['wall_s']:.0f} s here,
+{other['wall_s']:.0f} s there.</p>
+<table class="compare"><tr><th>model latency (us)</th><th>this run</th><th>that run</th>
+<th>ratio</th></tr>{head}</table>
+<table class="compare"><tr><th>task</th><th>best us here</th><th>best us there</th><th>ratio</th>
+<th>trials here</th><th>trials there</th><th>measuring s here</th><th>measuring s there</th></tr>
+{''.join(rows)}</table>"""
 
 
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def render(summary: dict[str, Any], store: RecordStore) -> str:
+def render(summary: dict[str, Any], store: RecordStore,
+           against: dict[str, Any] | None = None) -> str:
     lat = summary["latency_us"]
     tasks = summary["tasks"]
     rows = []
@@ -85,9 +150,10 @@ def render(summary: dict[str, Any], store: RecordStore) -> str:
             f"<td>{share_before:.1f}</td>"
             f"<td>{html.escape(json.dumps(t.get('failures', {})))}</td><td>{t['device_lost']}</td>"
             f"<td>{html.escape(t['state'])}</td>"
-            f"<td>{svg_curve(curve(store, t['workload_key']))}</td></tr>")
+            f"<td>{svg_curve(curve(store, t['workload_key']))}"
+            f"{cache_view(store, t['workload_key'])}</td></tr>")
     total_weighted = sum(t["weight"] * (t["best_us"] or 0) for t in tasks) or 1.0
-    shares = svg_bars([(t["name"][:16], 100.0 * t["weight"] * (t["best_us"] or 0) / total_weighted)
+    shares = svg_bars([(t["name"], 100.0 * t["weight"] * (t["best_us"] or 0) / total_weighted)
                        for t in tasks], unit="%")
     fallback = summary["schedules"]["fallback"]
     fb_rows = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in fallback.items())
@@ -121,11 +187,13 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 <h2>Default schedules</h2>
 <p>{len(summary['schedules']['from_log'])} function(s) took their schedule from the log.</p>
 <ul>{fb_rows or '<li>none fell back to a default schedule</li>'}</ul>
+{compare(summary, against) if against is not None else ''}
 </body></html>
 """
 
 
-def write(out_dir: Path, summary: dict[str, Any], store: RecordStore) -> Path:
+def write(out_dir: Path, summary: dict[str, Any], store: RecordStore,
+          against: dict[str, Any] | None = None) -> Path:
     path = out_dir / "report.html"
-    path.write_text(render(summary, store))
+    path.write_text(render(summary, store, against))
     return path

@@ -144,3 +144,10 @@ def test_resubmit_measures_nothing(first_run, example_models: Path, tmp_path: Pa
               json.loads((first_out / "summary.json").read_text())["tasks"]}
     assert {t["workload_key"]: t["best_us"] for t in summary["tasks"]} == before
     assert summary["numerics_ok"] is True
+    # the two runs side by side: the same tasks, the same bests (ratio 1.00), other jobs
+    side = run_farm(["report", str(out), "--against", str(first_out)], home)
+    assert side.returncode == 0, side.stderr[-3000:]
+    page = (out / "report.html").read_text()
+    first_job = json.loads((first_out / "summary.json").read_text())["job_id"]
+    assert f"Against job {first_job}" in page
+    assert page.count("<td>1.00</td>") >= sum(1 for us in before.values() if us)
