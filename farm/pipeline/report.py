@@ -164,7 +164,8 @@ def render(summary: dict[str, Any], store: RecordStore,
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>tunefarm report {html.escape(summary['job_id'])}</title>
 <style>body{{font-family:sans-serif;margin:24px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:middle}}</style></head>
+td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:middle}}
+table.compare{{margin:10px 0}}</style></head>
 <body>
 <h1>tunefarm: {html.escape(summary['model'])}</h1>
 <p>job {html.escape(summary['job_id'])}, device key {html.escape(summary['device_key'])},
