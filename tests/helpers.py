@@ -207,3 +207,18 @@ class Netns:
         self.names.clear()
         with contextlib.suppress(OSError):
             Path("/etc/netns").rmdir()  # when no other namespace has a folder there
+
+
+def browser_dom(url: str, budget_ms: int = 15000) -> str:
+    """The DOM of `url` after its scripts ran (`budget_ms` of virtual time) in a real headless
+    Chromium: what a person sees on a page that fills itself in with JavaScript."""
+    exe = chromium()
+    assert exe, "chromium is not installed: `make test` installs it (apt-get install chromium)"
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", "--dump-dom",
+             url], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout

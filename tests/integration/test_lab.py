@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -425,3 +426,19 @@ def test_a_worker_serves_prometheus_metrics_that_move_with_a_job(lab, tmp_path):
     assert ("tunefarm_rounds_queued", frozenset({("device_key", "cpu-local")})) in after
     done = run_farm(["wait", job_id], tmp_path, env=lab["env"], timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_flower_pages_name_each_round_in_a_browser(lab, spread, tmp_path):
+    """Flower's tasks page, rendered by a real Chromium (its table fills itself in with
+    JavaScript): each round reads as model, task, round and device key, with its worker."""
+    from tests.helpers import browser_dom, screenshot
+
+    host_port = lab["flower"].split("//", 1)[1]
+    page = f"http://lab:secret@{host_port}/tasks"
+    dom = browser_dom(page)
+    names = re.findall(r"resnet:fused\w* round \d+ \[cpu-local\]", dom)
+    assert names, dom[-3000:]
+    assert HOST1 in dom or HOST2 in dom  # the worker that ran it
+    screenshot_url = tmp_path / "flower.html"  # keep what was seen next to the test's files
+    screenshot_url.write_text(dom)
+    screenshot(screenshot_url, tmp_path / "flower.png", width=1400, height=900)
