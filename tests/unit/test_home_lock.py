@@ -29,7 +29,7 @@ def test_a_farm_waits_while_a_status_command_holds_the_home(tmp_path: Path):
 
 
 def test_a_second_farm_on_the_same_home_fails_at_once(tmp_path: Path):
-    code = ("import sys, time; from pathlib import Path; from farm import embedded; "
+    code = ("import sys, time; from pathlib import Path; from farm.local import embedded; "
             "lock = embedded._try_lock(Path(sys.argv[1]), 'farm'); print('held', flush=True); "
             "time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
