@@ -209,16 +209,23 @@ class Netns:
             Path("/etc/netns").rmdir()  # when no other namespace has a folder there
 
 
-def browser_dom(url: str, budget_ms: int = 15000) -> str:
+def browser_dom(url: str, budget_ms: int = 15000, png: Path | None = None) -> str:
     """The DOM of `url` after its scripts ran (`budget_ms` of virtual time) in a real headless
-    Chromium: what a person sees on a page that fills itself in with JavaScript."""
+    Chromium: what a person sees on a page that fills itself in with JavaScript. With `png`,
+    a screenshot of the page as it is then, too."""
     exe = chromium()
     assert exe, "chromium is not installed: `make test` installs it (apt-get install chromium)"
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", "--dump-dom",
-             url], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+    shots = [["--dump-dom"], *([["--window-size=1400,900", f"--screenshot={png}"]] if png else [])]
+    outputs = []
+    for what in shots:
+        with tempfile.TemporaryDirectory() as profile:
+            proc = subprocess.run(
+                [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", f"--user-data-dir={profile}",
+                 f"--virtual-time-budget={budget_ms}", *what, url],
+                capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outputs.append(proc.stdout)
+    assert png is None or png.is_file(), "Chromium wrote no screenshot"
+    return outputs[0]
