@@ -100,13 +100,11 @@ class Cache:
                    retarget: bool = False) -> Any:
         """Seed the store from a JSONDatabase folder (unverified records); the report."""
         from farm.client import cache
-        from farm.core.profiles import resolve_profile
-        from farm.pipeline.job import target_cpu
+        from farm.pipeline.job import tuned_profile
 
         config = self.farm.config
-        key = device_key or config.device_key
-        profile = resolve_profile(key, config.profiles).on_cpu(
-            target_cpu(replace(config, device_key=key), _quiet))
+        profile = tuned_profile(replace(config, device_key=device_key or config.device_key),
+                                _quiet)
         with self.farm.store() as store:
             return cache.import_log(store, Path(log_dir), profile, retarget=retarget)
 
@@ -141,14 +139,9 @@ class Farm:
     @contextlib.contextmanager
     def store(self) -> Iterator[RecordStore]:
         """The farm's record store for a moment (the embedded farm's Redis is started for it)."""
-        from farm.local.embedded import embedded_store_url
-        from farm.store import open_store
+        from farm.local.embedded import farm_store
 
-        with contextlib.ExitStack() as stack:
-            url = self.config.store_url or stack.enter_context(embedded_store_url(self.config))
-            store = open_store(url)
-            stack.callback(store.close)
-            store.ping()
+        with farm_store(self.config) as store:
             yield store
 
     def submit(self, model: Any, example_inputs: tuple[Any, ...] | None = None, *,

@@ -26,14 +26,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Measure the stored bests again on a phone of the key and print the drift."""
-    from farm.core.profiles import resolve_profile
-    from farm.pipeline.job import target_cpu
+    from farm.pipeline.job import tuned_profile
     from farm.store import open_store
     from workers.verify import DRIFT_WARN, verify_bests
 
     config = config_of(args, broker_url=args.broker, device_key=args.device_key)
-    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
-        target_cpu(config, report))
+    profile = tuned_profile(config, report)
     wks = args.arg.split(",") if args.arg else None
     if config.store_url:
         if not args.tracker:
@@ -69,7 +67,6 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace, store: Any) -> int:
     from farm.client import cache
-    from farm.core.profiles import resolve_profile
 
     if args.action == "ls":
         rows = cache.entries(store, args.device_key)
@@ -98,12 +95,11 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
             raise UsageError("farm cache import needs a JSONDatabase folder")
         from dataclasses import replace
 
-        from farm.pipeline.job import target_cpu
+        from farm.pipeline.job import tuned_profile
 
         config = config_of(args, broker_url=getattr(args, "broker", None))
         key = args.device_key or config.device_key
-        profile = resolve_profile(key, config.profiles).on_cpu(
-            target_cpu(replace(config, device_key=key), report))
+        profile = tuned_profile(replace(config, device_key=key), report)
         got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
         print(f"imported {got.new} new records of {got.workloads} workloads for device key "
               f"{key} ({got.known} already stored); unverified until a phone of the farm "

@@ -18,15 +18,9 @@ def config_of(args: argparse.Namespace, **flags: Any) -> Any:
 @contextlib.contextmanager
 def store_of(args: argparse.Namespace) -> Iterator[Any]:
     """The lab farm's store, or the embedded farm's (its Redis started for this command)."""
-    from farm.local.embedded import embedded_store_url
-    from farm.store import open_store
+    from farm.local.embedded import farm_store
 
-    config = config_of(args, broker_url=getattr(args, "broker", None))
-    with contextlib.ExitStack() as stack:
-        url = config.store_url or stack.enter_context(embedded_store_url(config))
-        store = open_store(url)
-        store.ping()
-        stack.callback(store.close)
+    with farm_store(config_of(args, broker_url=getattr(args, "broker", None))) as store:
         yield store
 
 

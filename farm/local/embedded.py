@@ -25,6 +25,7 @@ from typing import IO, Any
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError
 from farm.local import services
+from farm.store import RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,20 @@ def new_password() -> str:
     import secrets
 
     return secrets.token_hex(16)
+
+
+@contextlib.contextmanager
+def farm_store(config: FarmConfig) -> Iterator[RecordStore]:
+    """The farm's record store for a moment: the lab farm's (config.store_url), or the
+    embedded farm's Redis (`embedded_store_url`); pinged, closed after."""
+    from farm.store import open_store
+
+    with contextlib.ExitStack() as stack:
+        url = config.store_url or stack.enter_context(embedded_store_url(config))
+        store = open_store(url)
+        stack.callback(store.close)
+        store.ping()
+        yield store
 
 
 @contextlib.contextmanager

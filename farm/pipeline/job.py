@@ -22,7 +22,7 @@ from typing import Any
 from farm.core.config import FarmConfig
 from farm.core.errors import UsageError
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
-from farm.core.profiles import resolve_profile
+from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
 from farm.pipeline import compile as compile_stage
 from farm.pipeline import extract as extract_stage
@@ -83,8 +83,7 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
             report: Callable[[str], None]) -> Prepared:
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
     contacted; for the embedded one while its worker warms up (see `submit`)."""
-    profile = resolve_profile(config.device_key, config.profiles).on_cpu(
-        opts.target_cpu if opts.target_cpu is not None else target_cpu(config, report))
+    profile = tuned_profile(config, report, opts.target_cpu)
     bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
                                opts.dtype, opts.allow_pickle, threads=profile.threads)
     report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
@@ -92,6 +91,14 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
     report(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
     return Prepared(bundle=bundle, extracted=extracted, profile=profile)
+
+
+def tuned_profile(config: FarmConfig, report: Callable[[str], None],
+                  cpu: str | None = None) -> DeviceProfile:
+    """The profile of config.device_key for the CPU it is tuned for: `cpu` (a resumed job's
+    own), else `target_cpu`."""
+    return resolve_profile(config.device_key, config.profiles).on_cpu(
+        cpu if cpu is not None else target_cpu(config, report))
 
 
 def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
