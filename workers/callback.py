@@ -10,7 +10,6 @@ then it is stored as the culprit, a failed kernel that is never measured again.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from tvm.s_tir.meta_schedule.database import Workload
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from farm.store import RecordStore, StoredRecord, candidate_hash
-from farm.store.store import CULPRIT_AFTER
+from farm.store.store import CULPRIT_AFTER, valid_secs
 from workers.runner import classify_run_error
 from workers.search import record_of
 
@@ -49,7 +48,7 @@ def outcome(built: Any, ran: Any) -> tuple[str | None, str, list[float] | None]:
     if ran.error_msg:
         return classify_run_error(ran.error_msg), ran.error_msg, None
     run_secs = [float(s) for s in ran.run_secs]
-    if not run_secs or not all(math.isfinite(s) and s > 0 for s in run_secs):
+    if not run_secs or not all(valid_secs(s) for s in run_secs):
         # a phone that reports an impossible time is not believed
         return "runtime", f"the phone reported impossible run times {run_secs[:4]}", None
     return None, "", run_secs

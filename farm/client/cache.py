@@ -8,7 +8,6 @@ one device key (whose profile gives the target the workload key is built from).
 from __future__ import annotations
 
 import json
-import math
 import socket
 import time
 from collections import Counter
@@ -22,7 +21,7 @@ from farm.core.profiles import DeviceProfile
 from farm.pipeline.extract import workload_key
 from farm.pipeline.finalize import write_best_log
 from farm.store import RecordStore, StoredRecord, candidate_hash
-from farm.store.store import FAILED_RUN_SECS
+from farm.store.store import FAILED_RUN_SECS, valid_secs
 
 
 def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str, Any]]:
@@ -134,11 +133,6 @@ def check_log_dir(log_dir: Path) -> None:
                              "(a tuning work_dir or `farm cache export`)")
 
 
-def _valid_times(secs: list[float]) -> bool:
-    """Measured run times: at least one, each finite, > 0 and below the failure mark."""
-    return bool(secs) and all(math.isfinite(x) and 0 < x < FAILED_RUN_SECS for x in secs)
-
-
 def _read_workloads(log_dir: Path, profile: DeviceProfile,
                     report: ImportReport) -> dict[int, tuple[Any, str] | None]:
     """database_workload.json: line index -> (workload, its key here), None when unreadable."""
@@ -215,7 +209,7 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             continue
         secs = [float(x) for x in (rec.run_secs or [])]
         failed = bool(secs) and all(x >= FAILED_RUN_SECS for x in secs)
-        if not failed and not _valid_times(secs):
+        if not failed and not (secs and all(valid_secs(x) for x in secs)):
             report.refuse("run times not finite and > 0", f"{where}: {secs[:4]}")
             continue
         if rec.target is None or _canonical(rec.target) != _canonical(want):

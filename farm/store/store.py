@@ -85,14 +85,20 @@ class StoredRecord(_Message):
         return self.verified and not (tvm_version and self.tvm and self.tvm != tvm_version)
 
 
+def valid_secs(secs: object) -> bool:
+    """The store's one rule for a run time (seconds): a number, finite, > 0 and below
+    MetaSchedule's failure mark. keep_best.lua applies the same rule in Redis."""
+    return (not isinstance(secs, bool) and isinstance(secs, int | float)
+            and math.isfinite(secs) and 0 < secs < FAILED_RUN_SECS)
+
+
 def check_run_us(rec: StoredRecord) -> None:
-    """The store's one rule for a run time: a valid record's is finite and > 0 (and below
-    MetaSchedule's failure mark). Raises StoreError naming the record otherwise."""
+    """A valid record's run time follows `valid_secs`; raises StoreError naming the record
+    otherwise."""
     us = rec.run_us
     if us is None:
         return
-    if (isinstance(us, bool) or not isinstance(us, int | float) or not math.isfinite(us)
-            or us <= 0 or us >= FAILED_RUN_SECS * 1e6):
+    if isinstance(us, bool) or not isinstance(us, int | float) or not valid_secs(us / 1e6):
         raise StoreError(f"run time {us!r} us is not a finite number > 0: refused",
                          subject=f"record {rec.candidate} of workload {rec.workload_key}",
                          hint="a phone or an imported log reported an impossible time")
