@@ -18,19 +18,19 @@ from farm.core.errors import ServiceError, best_effort
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
 from farm.pipeline.dispatch import queue_for
-from farm.store import open_store
+from farm.store import RecordStore
 from farm.store.hosts import HostBeat
 
 log = logging.getLogger(__name__)
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, app: Any, store_url: str, name: str, tracker: str, queues: set[str],
+    def __init__(self, app: Any, store: RecordStore, name: str, tracker: str, queues: set[str],
                  follow_tracker: bool, ttl_s: int, interval_s: float | None = None,
                  grace_s: float = 300.0) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
-        self.store = open_store(store_url)
+        self.store = store  # thread-safe: redis-py's client pools its connections
         self.node = name
         self.tracker = tracker
         self.queues = set(queues)

@@ -24,7 +24,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     if not config.broker_url:
         raise ServiceError("no broker configured", subject="farm worker",
                            hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
-    open_store(config.store_url).ping()
+    store = open_store(config.store_url)  # one client for the heartbeat, supervisor, metrics
+    store.ping()
     found = tracker_mod.phones(tracker)  # raises with the address and how to check it
     explicit_keys = bool(keys)
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
@@ -47,22 +48,21 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     app = build_app(config, tracker, name)
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
-    beat = Heartbeat(app, config.store_url, name, tracker, queues,  # type: ignore[arg-type]
+    beat = Heartbeat(app, store, name, tracker, queues,
                      follow_tracker=not explicit_keys, ttl_s=config.host_ttl_s,
                      grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
     broker = redis.Redis.from_url(str(config.broker_url), decode_responses=True,
                                   socket_connect_timeout=5, socket_timeout=30)
-    supervisor = Supervisor(app, open_store(config.store_url), broker, name,
+    supervisor = Supervisor(app, store, broker, name,
                             interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))
     supervisor.start()
     if config.metrics_port:
         from workers.metrics import serve
 
-        serve(open_store(config.store_url), broker, name, keys, config.metrics_host,
-              config.metrics_port)
+        serve(store, broker, name, keys, config.metrics_host, config.metrics_port)
     argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
             "-E", "-P", pool, "--without-mingle", "--without-gossip"]
@@ -72,6 +72,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         supervisor.stop()
         beat.stop()
         beat.join(timeout=10)
+        store.close()
     return 0
 
 

@@ -15,10 +15,9 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from farm.core.messages import JobSpec
 from farm.pipeline.dispatch import queued_rounds
 from farm.store import RecordStore
-from farm.store.store import MEASURE_COUNTERS
+from farm.store.store import total_counts
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +85,11 @@ class FarmCollector:
                 tasks.add_metric([job_id, job.model, state], n)
             for cls, n in sorted(by_class.items()):
                 failed.add_metric([job_id, job.model, cls], n)
-            self._counts(measured, job)
+            for kind, n in total_counts(self.store.job_counts(job_id)).items():
+                measured.add_metric([job_id, job.model, kind], n)
         for key, n in sorted(here.items()):
             running.add_metric([key], n)
         yield from (running, tasks, measured, failed)
-
-    def _counts(self, family: Any, job: JobSpec) -> None:
-        totals = dict.fromkeys(MEASURE_COUNTERS, 0)
-        for counts in self.store.job_counts(job.job_id).values():
-            for k in MEASURE_COUNTERS:
-                totals[k] += counts.get(k, 0)
-        for kind, n in totals.items():
-            family.add_metric([job.job_id, job.model, kind], n)
 
 
 def serve(store: RecordStore, broker: Any, node: str, keys: list[str], host: str,
