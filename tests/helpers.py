@@ -51,18 +51,22 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def screenshot(page: Path, png: Path, width: int = 1400, height: int = 6000) -> None:
-    """Render `page` in a real headless Chromium with every network lookup refused."""
+def headless(*args: str) -> subprocess.CompletedProcess:
+    """A real headless Chromium, with a profile of its own, run on `args` (flags, then the URL)."""
     exe = chromium()
     assert exe, "chromium is not installed: `make test` installs it (apt-get install chromium)"
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}",
-             "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
-             f"--screenshot={png}", page.resolve().as_uri()],
-            capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+
+
+def screenshot(page: Path, png: Path, width: int = 1400, height: int = 6000) -> None:
+    """Render `page` in a real headless Chromium with every network lookup refused."""
+    proc = headless("--disable-quic", "--host-resolver-rules=MAP * ~NOTFOUND",
+                    f"--window-size={width},{height}", f"--screenshot={png}",
+                    page.resolve().as_uri())
     assert png.is_file(), proc.stderr[-2000:]
 
 
@@ -213,18 +217,10 @@ def browser_dom(url: str, budget_ms: int = 15000, png: Path | None = None) -> st
     """The DOM of `url` after its scripts ran (`budget_ms` of virtual time) in a real headless
     Chromium: what a person sees on a page that fills itself in with JavaScript. With `png`,
     a screenshot of the page as it is then, too."""
-    exe = chromium()
-    assert exe, "chromium is not installed: `make test` installs it (apt-get install chromium)"
     shots = [["--dump-dom"], *([["--window-size=1400,900", f"--screenshot={png}"]] if png else [])]
     outputs = []
     for what in shots:
-        with tempfile.TemporaryDirectory() as profile:
-            proc = subprocess.run(
-                [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={profile}",
-                 f"--virtual-time-budget={budget_ms}", *what, url],
-                capture_output=True, text=True, timeout=120)
+        proc = headless(f"--virtual-time-budget={budget_ms}", *what, url)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs.append(proc.stdout)
     assert png is None or png.is_file(), "Chromium wrote no screenshot"
