@@ -13,7 +13,7 @@ import socket
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from farm.core.config import FarmConfig
@@ -239,7 +239,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from tvm.s_tir import meta_schedule as ms
 
     from workers.callback import RoundCounters, StoreCallback
-    from workers.database import StoreDatabase, pretrained_cost_model
+    from workers.costmodel import round_model
+    from workers.database import StoreDatabase
     from workers.search import StoreAwareSearch
 
     profile = ctx.profile(req.device_key)
@@ -253,11 +254,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
     threads = ctx.config.search_threads
-    cost_model, learned = (None, 0) if single else pretrained_cost_model(
-        store, req.workload_key, database.workload, target, threads)
-    # nothing stored: the cost model is untrained, the first batch is sampled at random
+    cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
+        store, task, database.workload, target, threads)  # ranked_by "": the first batch
     search = StoreAwareSearch(store, req.workload_key, database.workload, target,
-                              cold=learned == 0 and not single,
+                              cold=not ranked_by and not single,  # ... is sampled at random
                               verify=[] if single else to_verify(store, req.workload_key),
                               tvm_version=tvm.__version__)
     counters = RoundCounters()
@@ -269,7 +269,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
              "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
              trials, req.target_trials - missing, learned, ", cold: first batch at random"
-             if search.cold else "", phones, threads,
+             if search.cold else f", ranked by {ranked_by}" if ranked_by else "", phones, threads,
              f", {len(search.verify)} imported records to verify" if search.verify else "")
     try:
         ms.tune_tir(
@@ -289,7 +289,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     finally:
         runner.set_reference(None)
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0)
+    return replace(_result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0),
+                   ranked_by=ranked_by)
 
 
 def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState) -> int:

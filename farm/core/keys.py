@@ -40,6 +40,26 @@ def unverified(wk: str) -> str:
     return key_for("wl", wk, "unverified")
 
 
+def features(wk: str) -> str:
+    """Hash: candidate hash -> its cost-model features (cached; workers/costmodel.py)."""
+    return key_for("wl", wk, "features")
+
+
+def model_workloads(mkey: str) -> str:
+    """Set: the workload keys of a model key (device key + target; farm/store/learned.py)."""
+    return key_for("model", mkey, "workloads")
+
+
+def cost_model(mkey: str) -> str:
+    """Hash: a model key's cost model (booster, samples, workloads, trained_at, versions)."""
+    return key_for("model", mkey)
+
+
+def model_training(mkey: str) -> str:
+    """String with a TTL: a round is training the model key's cost model."""
+    return key_for("model", mkey, "training")
+
+
 def workload_index() -> str:
     """Sorted set: every workload key, scored by first-seen time."""
     return key_for("workloads")

@@ -129,6 +129,7 @@ class RoundResult(_Message):
     wall_s: float = 0.0
     measure_s: float = 0.0  # of wall_s: batches on the phones (sent -> results back)
     skipped: bool = False  # a redelivered round that had already run
+    ranked_by: str = ""  # what ranked its candidates first (own records, the key's model)
     single_schedule: bool = False  # the workload has exactly one possible schedule
 
 

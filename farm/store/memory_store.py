@@ -7,6 +7,7 @@ import time
 
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
+from farm.store.learned import model_key
 from farm.store.store import (
     MEASURE_COUNTERS,
     RecordStore,
@@ -39,6 +40,9 @@ class MemoryStore(RecordStore):
         self._rounds: dict[str, dict[str, int]] = {}  # logical id -> starts/ends
         self._active: set[str] = set()
         self._hosts: dict[str, tuple[HostBeat, float]] = {}  # name -> (beat, expires at)
+        self._model_workloads: dict[str, set[str]] = {}
+        self._features: dict[str, dict[str, str]] = {}
+        self._models: dict[str, dict[str, str]] = {}
 
     def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
         with self._lock:
@@ -58,10 +62,32 @@ class MemoryStore(RecordStore):
 
     def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
         with self._lock:
+            mkey = model_key(task.device_key, task.target)
+            self._model_workloads.setdefault(mkey, set()).add(task.workload_key)
             if task.workload_key in self._workloads:
                 return False
             self._workloads[task.workload_key] = task
             return True
+
+    def model_workloads(self, mkey: str) -> list[str]:
+        with self._lock:
+            return sorted(self._model_workloads.get(mkey, set()))
+
+    def put_features(self, wk: str, features: dict[str, str]) -> None:
+        with self._lock:
+            self._features.setdefault(wk, {}).update(features)
+
+    def features(self, wk: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._features.get(wk, {}))
+
+    def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
+        with self._lock:
+            self._models[mkey] = dict(fields)
+
+    def cost_model(self, mkey: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._models.get(mkey, {}))
 
     def get_workload(self, wk: str) -> TuneTask | None:
         return self._workloads.get(wk)
@@ -124,6 +150,9 @@ class MemoryStore(RecordStore):
             self._records.pop(wk, None)
             self._best.pop(wk, None)
             self._exhausted.pop(wk, None)
+            self._features.pop(wk, None)
+            for members in self._model_workloads.values():
+                members.discard(wk)
             for key in [k for k in self._lost if k[0] == wk]:
                 del self._lost[key]
             return existed

@@ -13,6 +13,7 @@ from farm.core import keys
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
+from farm.store.learned import model_key
 from farm.store.store import (
     RecordStore,
     StoredRecord,
@@ -110,6 +111,8 @@ class RedisStore(RecordStore):
 
     # --- workloads and records ---------------------------------------------
     def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        self.r.sadd(keys.model_workloads(model_key(task.device_key, task.target)),
+                    task.workload_key)
         new = bool(self.r.hsetnx(keys.workload(task.workload_key), "task", task.dumps()))
         if new:
             self.r.hset(keys.workload(task.workload_key),
@@ -123,6 +126,26 @@ class RedisStore(RecordStore):
 
     def workload_keys(self) -> list[str]:
         return list(self.r.zrange(keys.workload_index(), 0, -1))
+
+    def model_workloads(self, mkey: str) -> list[str]:
+        return sorted(self.r.smembers(keys.model_workloads(mkey)))
+
+    def put_features(self, wk: str, features: dict[str, str]) -> None:
+        if features:
+            self.r.hset(keys.features(wk), mapping=features)
+
+    def features(self, wk: str) -> dict[str, str]:
+        return dict(self.r.hgetall(keys.features(wk)))
+
+    def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(keys.cost_model(mkey))
+        if fields:
+            pipe.hset(keys.cost_model(mkey), mapping=fields)
+        pipe.execute()
+
+    def cost_model(self, mkey: str) -> dict[str, str]:
+        return dict(self.r.hgetall(keys.cost_model(mkey)))
 
     def add_record(self, rec: StoredRecord) -> bool:
         check_run_us(rec)
@@ -183,11 +206,14 @@ class RedisStore(RecordStore):
                                       keys.device_lost(wk)], args=list(candidates)))
 
     def remove_workload(self, wk: str) -> bool:
+        task = self.get_workload(wk)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
-                    keys.device_lost(wk))
+                    keys.device_lost(wk), keys.features(wk))
         pipe.zrem(keys.workload_index(), wk)
-        deleted, _ = pipe.execute()
+        if task is not None:
+            pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
+        deleted, *_ = pipe.execute()
         return int(deleted) > 0
 
     def best(self, wk: str) -> StoredRecord | None:

@@ -31,6 +31,7 @@ from typing import Any
 from farm.core.errors import StoreError
 from farm.core.messages import JobSpec, TuneTask, _Message
 from farm.store.hosts import HostBeat
+from farm.store.learned import LearnedStore
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,9 @@ class TaskState(_Message):
         return self.state in ("queued", "tuning", "waiting")
 
 
-class RecordStore(ABC):
-    """Where every measurement lives. See the module docstring for the contract."""
+class RecordStore(LearnedStore, ABC):
+    """Where every measurement lives. See the module docstring (and farm/store/learned.py's)
+    for the contract."""
 
     # --- workloads and records -------------------------------------------
     @abstractmethod

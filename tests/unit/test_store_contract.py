@@ -304,3 +304,31 @@ def test_host_heartbeats_expire_and_can_be_removed(store):
     while store.hosts() and time.monotonic() < deadline:  # farm@a's beat was for 1 s
         time.sleep(0.1)
     assert store.hosts() == []
+
+
+def test_workloads_are_indexed_by_model_key_with_their_features_and_model(store):
+    from farm.store.learned import model_key
+
+    def task(wk, key="k", target=None):
+        return TuneTask(name="n", workload_key=wk, weight=1, mod_json="{}",
+                        target=target or {"kind": "llvm", "mcpu": "a"}, device_key=key)
+
+    mkey = model_key("k", {"mcpu": "a", "kind": "llvm"})  # the target's key order is not part
+    assert mkey == model_key("k", {"kind": "llvm", "mcpu": "a"}) != model_key("k2", {"kind": "llvm"})
+    assert mkey != model_key("k", {"kind": "llvm", "mcpu": "b"})
+    for wk in ("w2", "w1"):
+        store.put_workload(task(wk))
+    store.put_workload(task("other", key="k2"))
+    store.put_workload(task("w1"))  # stored before: still indexed once
+    assert store.model_workloads(mkey) == ["w1", "w2"]
+    store.put_features("w1", {"a": "fa", "b": "fb"})
+    store.put_features("w1", {"b": "fb2"})
+    assert store.features("w1") == {"a": "fa", "b": "fb2"} and store.features("w2") == {}
+    assert store.cost_model(mkey) == {}
+    store.put_cost_model(mkey, {"booster": "x", "samples": "10", "stale": "1"})
+    store.put_cost_model(mkey, {"booster": "y", "samples": "20"})  # replaced whole
+    assert store.cost_model(mkey) == {"booster": "y", "samples": "20"}
+    store.put_cost_model(mkey, {})
+    assert store.cost_model(mkey) == {}
+    assert store.remove_workload("w1")
+    assert store.model_workloads(mkey) == ["w2"] and store.features("w1") == {}

@@ -1,0 +1,61 @@
+"""The key's cost model's bookkeeping: features kept as text, failures learned last, and when
+the model is stale (the real training and ranking: tests/integration/test_costmodel.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from farm.core.messages import TuneTask
+from farm.store import StoredRecord, open_store
+from farm.store.learned import model_key
+
+
+def test_features_survive_the_store_text_exactly():
+    from workers.costmodel import decode, encode
+
+    x = np.random.default_rng(1).random((3, 164)).astype(np.float32)
+    assert np.array_equal(decode(encode(x)), x)
+    assert decode("") is None
+
+
+def test_records_are_learned_best_first_with_failures_last_and_lost_phones_never():
+    from workers.costmodel import cost_of, learnable
+
+    recs = [StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, error_class=err)
+            for c, us, err in [("a", 5.0, None), ("b", None, "build"), ("c", 2.0, None),
+                               ("d", None, "device_lost"), ("e", None, "culprit")]]
+    assert [r.candidate for r in learnable(recs)] in (["c", "a", "b", "e"], ["c", "a", "e", "b"])
+    assert cost_of(recs[2]) == 2e-6 and cost_of(recs[1]) == 1e10
+
+
+def test_the_model_is_stale_when_its_key_grew_by_a_quarter():
+    from workers import costmodel
+
+    store = open_store("memory://")
+    target = {"kind": "llvm"}
+    mkey = model_key("k", target)
+    for wk in ("w1", "w2"):
+        store.put_workload(TuneTask(name=wk, workload_key=wk, weight=1, mod_json="{}",
+                                    target=target, device_key="k"))
+
+    def grow(wk, n):
+        start = store.record_count(wk)
+        for i in range(start, start + n):
+            store.add_record(StoredRecord(workload_key=wk, candidate=f"{wk}-{i}",
+                                          record=[{"i": i}], run_us=1.0 + i))
+
+    grow("w1", costmodel.MIN_SAMPLES - 1)
+    assert not costmodel.stale(store, mkey, {})  # too few records for any model
+    grow("w2", 1)
+    assert costmodel.stale(store, mkey, {})  # enough, and no model yet
+    trained = {"samples": str(costmodel.MIN_SAMPLES)}
+    assert not costmodel.stale(store, mkey, trained)
+    grow("w2", costmodel.MIN_GROWTH - 1)
+    assert not costmodel.stale(store, mkey, trained)
+    grow("w1", 1)
+    assert costmodel.stale(store, mkey, trained)
+    big = {"samples": "1000"}
+    grow("w1", 1000 - store.record_count("w1") - store.record_count("w2") + 249)
+    assert not costmodel.stale(store, mkey, big)  # grew by 249 of 1000
+    grow("w2", 1)
+    assert costmodel.stale(store, mkey, big)

@@ -1,0 +1,292 @@
+"""The cost models a round ranks candidates with: the workload's own, and its key's.
+
+MetaSchedule's XGBModel predicts at random until it has seen 100 samples of the
+workload it tunes. Two things keep a round of the farm from starting that blind:
+
+- **The workload's own records** (`pretrained_cost_model`): every round trains its
+  XGBModel on up to 512 stored records of the workload, valid and failed, so
+  round k+1 starts where round k ended.
+- **The key's model** (`KeyModel`): one XGBoost model per model key (device key +
+  target, farm/store/learned.py) trained on the records of *every* workload of the
+  key, all jobs, failures as negatives (TenSet-style: MetaSchedule's per-store
+  features describe a schedule's loops and buffers, not its workload, and each
+  workload's costs are normalized by its own best). It is kept in the store,
+  versioned, and retrained by whichever round finds it stale (its key's records grew
+  by a quarter since; one trainer at a time), not per round from scratch: each
+  record's features are computed once and cached in the store. A round whose
+  workload has fewer own records than XGBModel's warm-up ranks its candidates with
+  the key's model until its own model has seen enough (`RankedModel`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+from farm.core import keys
+from farm.core.messages import TuneTask
+from farm.store import RecordStore, StoredRecord
+from farm.store.learned import model_key
+from farm.store.store import FAILED_RUN_SECS
+
+log = logging.getLogger(__name__)
+
+PRETRAIN_LIMIT = 512  # stored records a round's own cost model learns from before it searches
+MIN_SAMPLES = 64  # records of a key (of workloads with >= 2 each) before its model is trained
+RETRAIN_GROWTH = 0.25  # the key's records grew by this fraction since its model: retrain
+MIN_GROWTH = 32  # ... and by at least this many records
+PER_WORKLOAD = 256  # records of one workload the key's model learns from (best first)
+FEATURIZE_LIMIT = 2048  # records featurized per training: a big store is caught up over several
+TRAIN_CLAIM_S = 120  # one trainer per key at a time, and a key retrained at most this often
+NEGATIVES = ("build", "runtime", "timeout", "wrong_answer", "culprit")  # failures it learns from
+
+
+def encode(x: np.ndarray) -> str:
+    """A feature matrix (stores x features, float32) as text for the store."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return f"{x.shape[0]}:{x.shape[1]}:" + base64.b64encode(zlib.compress(x.tobytes())).decode()
+
+
+def decode(text: str) -> np.ndarray | None:
+    """The feature matrix `encode` wrote; None for a candidate that has none."""
+    if not text:
+        return None
+    rows, cols, data = text.split(":", 2)
+    raw = zlib.decompress(base64.b64decode(data))
+    return np.frombuffer(raw, dtype=np.float32).reshape(int(rows), int(cols))
+
+
+def cost_of(rec: StoredRecord) -> float:
+    """What XGBModel learns from: the run time in seconds, a failure as 1e10 s."""
+    return float(rec.run_us) * 1e-6 if rec.valid else FAILED_RUN_SECS  # type: ignore[arg-type]
+
+
+def learnable(recs: list[StoredRecord]) -> list[StoredRecord]:
+    """The records of one workload a model learns from: the best first, failures last."""
+    recs = [r for r in recs if r.valid or r.error_class in NEGATIVES]
+    recs.sort(key=lambda r: (not r.valid, r.run_us or 0.0))
+    return recs
+
+
+def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dict[str, str]:
+    """Each record's MetaSchedule per-store features, encoded ("" where it has none)."""
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    from farm.pipeline.extract import load_mod
+
+    workload = Workload(load_mod(task))
+    context = TuneContext(mod=workload.mod, target=tvm.target.Target(task.target),
+                          task_name="features", num_threads=threads)
+    extractor = PerStoreFeature()
+    out: dict[str, str] = {}
+    cands, names = [], []
+    for rec in recs:
+        try:
+            cands.append(TuningRecord.from_json(rec.record, workload).as_measure_candidate())
+            names.append(rec.candidate)
+        except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
+            log.warning("workload %s: record %s has no features: %s", task.workload_key,
+                        rec.candidate, e)
+            out[rec.candidate] = ""
+    try:
+        feats = [x.numpy() for x in extractor.extract_from(context, cands)] if cands else []
+    except Exception:  # noqa: BLE001 - one bad schedule: the others, one at a time
+        feats = []
+        for cand in cands:
+            try:
+                feats.append(extractor.extract_from(context, [cand])[0].numpy())
+            except Exception:  # noqa: BLE001
+                feats.append(np.zeros((0, 0), dtype=np.float32))
+    for name, x in zip(names, feats, strict=True):
+        out[name] = encode(x) if x.size else ""
+    return out
+
+
+class KeyModel:
+    """A model key's cost model as the store keeps it: an XGBoost booster and its version."""
+
+    def __init__(self, mkey: str, fields: dict[str, str]) -> None:
+        import xgboost as xgb
+
+        self.mkey = mkey
+        self.fields = fields
+        self.booster = xgb.Booster(model_file=bytearray(base64.b64decode(fields["booster"])))
+
+    @property
+    def version(self) -> int:
+        return int(self.fields.get("version", 0))
+
+    def describe(self) -> str:
+        return (f"{self.mkey} v{self.version} ({self.fields.get('trained_on', '?')} records of "
+                f"{self.fields.get('workloads', '?')} workloads)")
+
+    def predict(self, xs: list[np.ndarray]) -> np.ndarray:
+        """A score per candidate (higher: faster) from each candidate's feature matrix."""
+        import xgboost as xgb
+
+        scores = np.zeros(len(xs))
+        rows = [x for x in xs if x is not None and len(x)]
+        if not rows:
+            return scores
+        ids = np.concatenate([[i] * len(x) for i, x in enumerate(xs) if x is not None and len(x)])
+        pred = self.booster.predict(xgb.DMatrix(np.concatenate(rows, axis=0)))
+        return np.bincount(ids.astype(np.int64), weights=pred, minlength=len(xs))
+
+
+def key_records(store: RecordStore, mkey: str) -> int:
+    return sum(store.record_count(wk) for wk in store.model_workloads(mkey))
+
+
+def train(store: RecordStore, mkey: str, threads: int = 1,
+          exclude: tuple[str, ...] = ()) -> KeyModel | None:
+    """Train the key's model on every workload of the key (but `exclude`) and store it."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    t0 = time.monotonic()
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    budget, total, groups = FEATURIZE_LIMIT, 0, 0
+    for wk in store.model_workloads(mkey):
+        recs = learnable(store.records(wk))
+        total += len(recs)
+        recs = recs[:PER_WORKLOAD]
+        if wk in exclude or len(recs) < 2 or not recs[0].valid:
+            continue
+        cached = store.features(wk)
+        missing = [r for r in recs if r.candidate not in cached][:budget]
+        task = store.get_workload(wk) if missing else None
+        if task is not None:
+            new = featurize(task, missing, threads)
+            store.put_features(wk, new)
+            cached.update(new)
+            budget -= len(missing)
+        pairs = [(decode(cached[r.candidate]), cost_of(r)) for r in recs if cached.get(r.candidate)]
+        if len(pairs) < 2:
+            continue
+        costs = np.array([c for _, c in pairs], dtype=np.float32)
+        xs.extend(x for x, _ in pairs)  # type: ignore[misc]
+        ys.append(costs.min() / costs)
+        groups += 1
+    if len(xs) < MIN_SAMPLES:
+        return None
+    model = XGBModel(num_tuning_cores=threads, verbose_eval=0)
+    np.random.seed(len(xs))
+    model._train(xs=xs, ys=np.concatenate(ys))  # noqa: SLF001 - XGBModel's own pack-sum training
+    previous = store.cost_model(mkey)
+    fields = {
+        "booster": base64.b64encode(bytes(model.booster.save_raw())).decode(),
+        "version": str(int(previous.get("version", 0)) + 1), "samples": str(total),
+        "trained_on": str(len(xs)), "workloads": str(groups), "trained_at": str(time.time()),
+        "train_s": f"{time.monotonic() - t0:.1f}", "excluded": ",".join(exclude),
+    }
+    store.put_cost_model(mkey, fields)
+    log.info("cost model %s: trained on %d records of %d workloads in %.1f s", mkey, len(xs),
+             groups, time.monotonic() - t0)
+    return KeyModel(mkey, fields)
+
+
+def stale(store: RecordStore, mkey: str, fields: dict[str, str]) -> bool:
+    current = key_records(store, mkey)
+    trained = int(fields.get("samples", 0)) if fields else 0
+    return current >= MIN_SAMPLES and current - trained >= max(MIN_GROWTH, RETRAIN_GROWTH * trained)
+
+
+def key_model(store: RecordStore, task: TuneTask, threads: int = 1) -> KeyModel | None:
+    """The key's model for a round of `task`, retrained first when it is stale and no other
+    round is training it; None when the key has too few records for one."""
+    mkey = model_key(task.device_key, task.target)
+    fields = store.cost_model(mkey)
+    if stale(store, mkey, fields) and store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
+        model = train(store, mkey, threads)
+        if model is not None:
+            return model
+    if not fields.get("booster"):
+        return None
+    try:
+        return KeyModel(mkey, fields)
+    except Exception as e:  # noqa: BLE001 - a bad model only costs the warm start
+        log.warning("cost model %s unreadable, not used: %s", mkey, e)
+        return None
+
+
+@derived_object
+class RankedModel(PyCostModel):
+    """The round's own XGBModel, ranking with the key's model until its own has warmed up."""
+
+    def __init__(self, own: Any, key: KeyModel) -> None:
+        super().__init__()
+        self.own = own
+        self.key = key
+
+    def load(self, path: str) -> None:
+        self.own.load(path)
+
+    def save(self, path: str) -> None:
+        self.own.save(path)
+
+    def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+        self.own.update(context, candidates, results)
+
+    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if self.own.data_size >= self.own.num_warmup_samples and self.own.booster is not None:
+            return self.own.predict(context, candidates)
+        xs = [x.numpy().astype("float32") for x in self.own.extractor.extract_from(context, candidates)]
+        return self.key.predict(xs)
+
+
+def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
+                          target: object, threads: int = 1) -> tuple[Any, int]:
+    """An XGBoost cost model already trained on the workload's stored records (valid and
+    failed), so that round k+1 is not a cold start. Returns (model, records learned from).
+
+    A fresh XGBModel per round would never leave its random warm-up (100 samples) with
+    rounds of 32 trials; with this, it does from the fourth round on (or at once, for a
+    workload tuned before by any job)."""
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    model = XGBModel(num_tuning_cores=threads)
+    candidates, results = [], []
+    for rec in learnable(store.records(workload_key))[:PRETRAIN_LIMIT]:
+        try:
+            cand = TuningRecord.from_json(rec.record, workload).as_measure_candidate()
+        except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
+            log.warning("workload %s: record %s not usable for the cost model: %s",
+                        workload_key, rec.candidate, e)
+            continue
+        secs = [cost_of(rec)] if rec.valid else None
+        candidates.append(cand)
+        results.append(RunnerResult(run_secs=secs, error_msg=None if secs else "failed"))
+    if candidates:
+        np.random.seed(len(candidates))  # XGBoost's training is seeded, keep ours too
+        context = TuneContext(mod=workload.mod, target=target, task_name="pretrain")
+        model.update(context, candidates, results)
+    return model, len(candidates)
+
+
+def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: object,
+                threads: int = 1) -> tuple[Any, int, str]:
+    """The cost model of a round: (model, own records it learned from, what ranks first)."""
+    own, learned = pretrained_cost_model(store, task.workload_key, workload, target, threads)
+    if learned >= own.num_warmup_samples:
+        return own, learned, "own records"
+    try:
+        key = key_model(store, task, threads)
+    except Exception as e:  # noqa: BLE001 - the key's model is a head start, never a must
+        log.warning("workload %s: the key's cost model is not available: %s",
+                    task.workload_key, e)
+        key = None
+    if key is None:
+        return own, learned, "own records" if learned else ""
+    return RankedModel(own, key), learned, f"key model {key.describe()}"
