@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-full bench-spread bench-rss venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-full bench-spread bench-rss bench-warm venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,10 @@ bench-full: venv
 bench-spread: venv
 	$(BIN)/python bench/run.py --models resnet --repeats 3 --quality "" --scaling "" \
 		--out bench/spread
+
+# warm vs cold store: trials until a new workload is near its best, with the key's cost model
+bench-warm: venv
+	$(BIN)/python bench/warm.py
 
 bench-rss: venv
 	$(BIN)/python bench/rss.py
