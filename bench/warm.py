@@ -57,11 +57,11 @@ def tune(store, task, tracker: str, rounds: int, side: str) -> list[float]:
     return out
 
 
-def to_within(curve: list[float], ref: float, tol: float = 0.10) -> int:
+def to_within(curve: list[float], ref: float, budget: int, tol: float = 0.10) -> int:
     for i, best in enumerate(curve):
         if best <= ref * (1 + tol):
             return i + 1
-    return len(curve) + 1  # not reached in the budget
+    return budget + 1  # not reached in the budget
 
 
 def main() -> int:
@@ -86,6 +86,7 @@ def main() -> int:
     assert model is not None
     print(f"warm store: {model.describe()}, filled in {time.monotonic() - t0:.0f} s", flush=True)
     rows = []
+    budget = BATCH * args.rounds
     with tempfile.TemporaryDirectory() as logs:
         group = services.ServiceGroup()
         try:
@@ -102,20 +103,22 @@ def main() -> int:
                     curves[side] = tune(store, put_task(store, shape, profile), tracker,
                                         args.rounds, side)
                 ref = min(curves["cold"][-1], curves["warm"][-1])
-                rows.append((text, to_within(curves["cold"], ref), to_within(curves["warm"], ref),
-                             curves["cold"][-1], curves["warm"][-1]))
+                rows.append((text, to_within(curves["cold"], ref, budget),
+                             to_within(curves["warm"], ref, budget), curves["cold"][-1],
+                             curves["warm"][-1], len(curves["cold"]), len(curves["warm"])))
         finally:
             group.stop()
-    budget = BATCH * args.rounds
     lines = [f"# Warm vs cold store ({time.strftime('%Y-%m-%d')}, bench/warm.py)", "",
              f"Trials until the best so far is within 10 % of the better side's best "
              f"({budget} trials each, {budget + 1} = not reached); one run per side, "
              "this machine, 1 emulated cpu-local phone.", "",
              "| workload | cold: trials to 10 % | warm: trials to 10 % | warm / cold | "
-             "cold best us | warm best us |", "|---|---|---|---|---|---|"]
-    for text, c, w, cb, wb in rows:
-        lines.append(f"| matmul {text} | {c} | {w} | {w / c:.2f} | {cb:.1f} | {wb:.1f} |")
-    ratio = statistics.median(w / c for _, c, w, _, _ in rows)
+             "cold best us | warm best us | trials measured cold / warm |",
+             "|---|---|---|---|---|---|---|"]
+    for text, c, w, cb, wb, cn, wn in rows:
+        lines.append(f"| matmul {text} | {c} | {w} | {w / c:.2f} | {cb:.1f} | {wb:.1f} | "
+                     f"{cn} / {wn} |")
+    ratio = statistics.median(w / c for _, c, w, *_ in rows)
     lines += ["", f"Median warm / cold: **{ratio:.2f}** (target <= 0.5)."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
