@@ -13,7 +13,7 @@ import socket
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from farm.core.config import FarmConfig
@@ -289,8 +289,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     finally:
         runner.set_reference(None)
         shutil.rmtree(work_dir, ignore_errors=True)
-    return replace(_result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0),
-                   ranked_by=ranked_by)
+    return _result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0,
+                   ranked_by)
 
 
 def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState) -> int:
@@ -320,7 +320,7 @@ def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
 
 
 def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any, skipped: int,
-            trials: int, single: bool, t0: float) -> RoundResult:
+            trials: int, single: bool, t0: float, ranked_by: str = "") -> RoundResult:
     log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
              "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,
              ctx.host, counters.new, counters.valid, skipped, counters.duplicates,
@@ -331,4 +331,5 @@ def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any, ski
         duplicates=counters.duplicates + skipped, single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
+        ranked_by=ranked_by,
     )
