@@ -241,7 +241,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.callback import RoundCounters, StoreCallback
     from workers.costmodel import round_model
     from workers.database import StoreDatabase
-    from workers.search import StoreAwareSearch
+    from workers.search import StoreAwareSearch, evolutionary
 
     profile = ctx.profile(req.device_key)
     phones = _start(ctx, store, req, prior)
@@ -257,6 +257,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, database.workload, target, threads)  # ranked_by "": the first batch
     search = StoreAwareSearch(store, req.workload_key, database.workload, target,
+                              inner=evolutionary(ctx.config.search_population),
                               cold=not ranked_by and not single,  # ... is sampled at random
                               verify=[] if single else to_verify(store, req.workload_key),
                               tvm_version=tvm.__version__)

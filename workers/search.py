@@ -52,6 +52,13 @@ def stored_result(rec: StoredRecord) -> RunnerResult:
     return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
 
 
+def evolutionary(population: int = 512) -> Any:
+    """MetaSchedule's evolutionary search keeping `population` schedules per batch (the
+    `search_population` setting; MetaSchedule's own default is 512)."""
+    return SearchStrategy.create("evolutionary", population_size=population,
+                                 init_min_unmeasured=min(50, population))
+
+
 @derived_object
 class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
@@ -63,7 +70,7 @@ class StoreAwareSearch(PySearchStrategy):
         self.workload_key = workload_key
         self.workload = workload
         self.target = target
-        self.inner = inner if inner is not None else SearchStrategy.create("evolutionary")
+        self.inner = inner if inner is not None else evolutionary()
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0}

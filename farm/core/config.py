@@ -53,6 +53,10 @@ class FarmConfig:
     # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
     # (a round searches, builds, then measures, so its search may use every core it has)
     search_cores: int = 0
+    # schedules MetaSchedule's evolutionary search keeps and evolves for each batch (its default
+    # is 512). A round's search time grows with it; a small budget (a few trials a round) or a
+    # slow host gains from fewer, a long job on fast phones from more
+    search_population: int = 512
     # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -85,7 +89,7 @@ class FarmConfig:
                               hint=_fix(where, name))
 
         for name in ("phones", "round_trials", "builder_workers", "builder_max_uses",
-                     "host_ttl_s"):
+                     "host_ttl_s", "search_population"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
@@ -179,6 +183,7 @@ _ENV = {
     "builder_workers": "FARM_BUILDER_WORKERS",
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
     "search_cores": "FARM_SEARCH_CORES",
+    "search_population": "FARM_SEARCH_POPULATION",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",

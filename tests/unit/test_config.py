@@ -173,3 +173,14 @@ def test_a_config_file_reaches_the_processes_the_embedded_farm_starts(tmp_path):
     child = load_config({}, env=env)  # what the embedded worker builds from its environment
     assert child.profiles == config.profiles and child.profiles["cpu-local"]["threads"] == 2
     assert "FARM_CONFIG" not in config_env(load_config({}, env={}))
+
+
+def test_search_population_is_a_setting_that_reaches_the_search():
+    assert load_config(env={}).search_population == 512  # MetaSchedule's own default
+    assert load_config(env={"FARM_SEARCH_POPULATION": "64"}).search_population == 64
+    with pytest.raises(UsageError, match="search_population must be >= 1"):
+        load_config(env={"FARM_SEARCH_POPULATION": "0"})
+    from workers.search import evolutionary
+
+    small = evolutionary(8)  # fewer schedules than MetaSchedule's init_min_unmeasured (50)
+    assert small.population_size == 8 and small.init_min_unmeasured == 8
