@@ -116,7 +116,7 @@ def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_sto
     mkey = model_key(profile.key, profile.target_json())
     indexed = store.model_workloads(mkey)  # the TRAIN ones (and NEW, after its round)
     assert {t.workload_key for t in tasks} <= set(indexed) and len(indexed) <= len(tasks) + 1
-    rhos, hits = [], []
+    rhos, ratios = [], []
     for held in tasks:  # leave one workload out, rank its records with the rest's model
         model = costmodel.train(store, mkey, exclude=(held.workload_key,))
         assert model is not None and model.fields["workloads"] == str(len(indexed) - 1)
@@ -128,13 +128,16 @@ def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_sto
         scores = stored.predict([costmodel.decode(feats[r.candidate]) for r in recs])
         run_us = [r.run_us for r in recs]
         rhos.append(rank_correlation(scores, run_us))
-        # the candidate it ranks first is faster than the median candidate
-        hits.append(run_us[int(np.argmax(scores))] < float(np.median(run_us)))
+        # a round takes the model's first picks: the quarter it ranks first, against the mean
+        top = np.argsort(-np.asarray(scores))[:max(1, len(recs) // 4)]
+        ratios.append(float(np.mean([run_us[i] for i in top])) / float(np.mean(run_us)))
     # random scores: rank correlation ~0 (sd ~0.18 per workload of 32, ~0.08 for the mean);
-    # measured here 0.33-0.60 per workload (mean 0.46), in CI under load 0.15-0.47 (0.32)
-    assert np.mean(rhos) > 0.2, (rhos, hits)
-    # its first pick beats the median candidate more often than not
-    assert sum(hits) > len(tasks) / 2, (hits, rhos)
+    # measured here 0.20-0.62 per workload (mean 0.34-0.46), in CI under load 0.15-0.49 (0.32)
+    assert np.mean(rhos) > 0.2, (rhos, ratios)
+    # its first picks run faster than a random pick (ratio 1): measured here 0.45-0.89 per
+    # workload, mean 0.74 (one first pick per workload against the median was too few to
+    # tell: CI under load saw 2 of 5 with a mean rho of 0.36)
+    assert np.mean(ratios) < 0.9, (ratios, rhos)
     # features were computed once per record and kept in the store
     assert all(len(store.features(t.workload_key)) >= TRIALS // 2 for t in tasks)
 

@@ -406,9 +406,12 @@ def test_a_worker_serves_prometheus_metrics_that_move_with_a_job(lab, tmp_path):
     assert before[("tunefarm_phones", frozenset({("host", HOST1), ("device_key", "a"),
                                                  ("state", "total")}))] == 1
     workloads = before[("tunefarm_store_workloads", frozenset())]
-    model = tiny_model(tmp_path / "metrics.pt2", width=17, layers=1)
-    proc = run_farm(["submit", str(model), "--trials-per-task", "4", "--no-wait",
-                     "--out", str(tmp_path / "out")], tmp_path, env=lab["env"])
+    # two tasks of four 2-trial rounds each: the store commits eight times while the job runs,
+    # so a scrape that saw the first commits sees a later one (one 4-trial round committed all
+    # its records at once, and the job left /metrics before a second scrape could see more)
+    model = tiny_model(tmp_path / "metrics.pt2", width=17, layers=2)
+    proc = run_farm(["submit", str(model), "--trials-per-task", "8", "--round-trials", "2",
+                     "--no-wait", "--out", str(tmp_path / "out")], tmp_path, env=lab["env"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_id = json.loads(proc.stdout)["job_id"]
 
