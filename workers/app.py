@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from celery import signals
 
 from farm.core.config import FarmConfig
@@ -18,7 +17,7 @@ from farm.core.messages import RoundRequest, RoundResult
 from farm.pipeline import finalize as finalize_stage
 from farm.pipeline.dispatch import ROUND_TASK, make_app
 from farm.pipeline.plan import continue_job
-from farm.store import RecordStore, TaskState, open_store
+from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
 from farm.store.store import updated
 from workers.fence import RoundFence, RoundStopped
 from workers.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, run_round
@@ -124,7 +123,7 @@ def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
     except StaleRound as e:
         log.info("skipped: %s", e)
         return None
-    except redis.RedisError as e:
+    except StoreUnavailable as e:
         # The store went away mid-round (Redis restarting): records committed so far are kept;
         # run the round again later, it measures only what is still missing.
         log.warning("round %s of %s on %s: store unreachable (%s); retrying in 10 s",

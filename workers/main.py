@@ -7,13 +7,11 @@ import socket
 import time
 from dataclasses import replace
 
-import redis
-
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.pipeline.dispatch import queue_for
-from farm.store import open_store
+from farm.store import open_broker, open_store
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +51,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                      grace_s=config.device_wait_s)
     beat.beat()
     beat.start()
-    broker = redis.Redis.from_url(str(config.broker_url), decode_responses=True,
-                                  socket_connect_timeout=5, socket_timeout=30)
+    broker = open_broker(str(config.broker_url))
     supervisor = Supervisor(app, store, broker, name,
                             interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))

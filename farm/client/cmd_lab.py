@@ -8,8 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from farm.client.common import config_of, store_of
+from farm.core.config import FarmConfig
 from farm.core.errors import UsageError
 
 
@@ -86,17 +88,21 @@ def cmd_up(args: argparse.Namespace) -> int:
                                               host=args.bind, password=args.redis_password,
                                               maxmemory=config.redis_maxmemory)
         group.add(redis_svc)
-        argv, env = flower_command(url, args.bind, args.flower_port, args.flower_auth)
+        argv, env = flower_command(config, args.bind, args.flower_port, args.flower_auth,
+                                   broker_url=url)
         group.add(services.start("flower", argv, log_dir, env))
         tracker_svc, tracker = services.start_tracker(log_dir, port=args.tracker_port)
         group.add(tracker_svc)
         for i in range(args.phones):
             group.add(services.start_phone(tracker, args.key, i, log_dir))
         wait_for_phones(tracker, args.key, args.phones, timeout_s=60)
-        group.add(services.start_worker(tracker, url, log_dir))
+        metrics = _up_metrics(args, group, home, log_dir)
+        group.add(services.start_worker(tracker, url, log_dir, extra=metrics))
         shown = url.replace(f":{args.redis_password}@", ":***@") if args.redis_password else url
         print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
               f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
+              + (f"prometheus {args.prometheus_url} scrapes the worker's /metrics "
+                 f"(Grafana: deploy/grafana/tunefarm.json)\n" if metrics else "") +
               f"submit with: FARM_BROKER_URL={shown} farm submit MODEL --out DIR "
               f"--tracker {tracker}\nCtrl-C stops everything.", file=sys.stderr, flush=True)
         while True:
@@ -106,15 +112,32 @@ def cmd_up(args: argparse.Namespace) -> int:
         group.stop()
 
 
-def flower_command(broker_url: str, address: str, port: int,
-                   auth: str | None) -> tuple[list[str], dict[str, str]]:
+def _up_metrics(args: argparse.Namespace, group: Any, home: Path, log_dir: Path) -> list[str]:
+    """With --prometheus-port: a Prometheus (loopback) scraping the worker's /metrics, started
+    before the worker; returns the worker's metrics flags."""
+    if not args.prometheus_port:
+        return []
+    from farm.local import services
+
+    port = services.free_port()
+    svc, args.prometheus_url = services.start_prometheus(
+        [f"127.0.0.1:{port}"], home / "up-prometheus", log_dir, args.prometheus_port)
+    group.add(svc)
+    return ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+
+
+def flower_command(config: FarmConfig, address: str, port: int, auth: str | None,
+                   broker_url: str | None = None) -> tuple[list[str], dict[str, str]]:
     """Flower's command line and the environment that carries its secrets (the broker URL
     with its password, the basic-auth credentials): never on the command line, which every
-    user of the host sees in `ps`. The result backend too: Flower then shows a running
-    round's PROGRESS state."""
-    argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}",
-            "--persistent=False"]
-    env = {"CELERY_BROKER_URL": broker_url, "CELERY_RESULT_BACKEND": broker_url}
+    user of the host sees in `ps`. Flower runs the farm's own Celery app
+    (farm/client/flower_app.py: its key prefix, priority steps, result backend, so it shows
+    the queues and a running round's PROGRESS state)."""
+    argv = [sys.executable, "-m", "celery", "-A", "farm.client.flower_app", "flower",
+            f"--address={address}", f"--port={port}", "--persistent=False"]
+    broker = str(broker_url or config.broker_url)
+    env = {"FARM_BROKER_URL": broker, "FARM_REDIS_URL": str(config.store_url or broker),
+           "FARM_ROUND_TIMEOUT_S": str(config.round_timeout_s)}
     if auth:
         env["FLOWER_BASIC_AUTH"] = auth
     return argv, env
@@ -134,7 +157,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     if auth is None and not is_loopback(args.address):
         raise UsageError(f"Flower on {args.address} without basic auth",
                          hint="set FARM_FLOWER_AUTH=user:password")
-    argv, env = flower_command(config.broker_url, args.address, args.port, auth)
+    argv, env = flower_command(config, args.address, args.port, auth)
     os.execve(argv[0], argv, {**os.environ, **env})
     return 0  # pragma: no cover
 

@@ -13,6 +13,13 @@ def key_for(*parts: str) -> str:
     return ":".join((PREFIX, *parts))
 
 
+def celery_prefix() -> str:
+    """Prepended by kombu and Celery to every key of theirs (queues, unacked rounds, results,
+    bindings, event channels): the broker may share its database with the store, and every
+    key the farm writes, its own or Celery's, starts with `tunefarm:`."""
+    return key_for("celery") + ":"
+
+
 # --- the record store (the farm's memory; never expires) -------------------
 def workload(wk: str) -> str:
     """Hash: the workload's TIR (TVM JSON), target, device key, name, first job."""

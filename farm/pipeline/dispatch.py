@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from farm.core import keys
 from farm.core.config import FarmConfig
 from farm.core.messages import PRIORITIES, RoundRequest, logical_of
 
@@ -24,8 +25,9 @@ def queue_for(device_key: str) -> str:
 
 
 def queue_lists(device_key: str) -> list[str]:
-    """The Redis lists that hold a device key's queued rounds (one per priority step)."""
-    q = queue_for(device_key)
+    """The Redis lists (full keys, with kombu's prefix) that hold a device key's queued rounds,
+    one per priority step."""
+    q = keys.celery_prefix() + queue_for(device_key)
     return [q if step == 0 else f"{q}{_SEP}{step}" for step in PRIORITY_STEPS]
 
 
@@ -56,7 +58,9 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
 
     broker = broker_url or config.broker_url
     app = Celery("tunefarm", broker=broker, backend=config.store_url or broker)
-    visibility = {"visibility_timeout": int(config.round_timeout_s)}
+    # every key of kombu's and of the result backend under the farm's prefix (global_keyprefix)
+    visibility = {"visibility_timeout": int(config.round_timeout_s),
+                  "global_keyprefix": keys.celery_prefix()}
     transport = {**visibility, "priority_steps": PRIORITY_STEPS}
     app.conf.update(
         task_serializer="json",

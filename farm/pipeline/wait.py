@@ -9,7 +9,7 @@ from collections.abc import Callable
 from farm.core.errors import ServiceError, TuneError
 from farm.core.messages import JobSpec
 from farm.pipeline.connect import Farm
-from farm.store import RecordStore, TaskState
+from farm.store import RecordStore, StoreUnavailable, TaskState
 
 # a live view of a job (the client's): called with the store and the job at every poll
 View = Callable[[RecordStore, JobSpec], None]
@@ -25,8 +25,6 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
     and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and
     finalizes the job, client or no client. `view`: called at every poll instead of
     reporting a line per change (the client's live view of the tasks)."""
-    import redis
-
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
     outage_since: float | None = None
@@ -36,7 +34,7 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
             states = farm.store.task_states(job.job_id)
             measured = farm.store.job_measured(job.job_id)
             outage_since = None
-        except redis.RedisError as e:  # Redis restarting: the job goes on, keep waiting
+        except StoreUnavailable as e:  # Redis restarting: the job goes on, keep waiting
             now = time.monotonic()
             outage_since = outage_since or now
             if now - outage_since > STORE_OUTAGE_S:

@@ -154,6 +154,26 @@ def test_flower_shows_the_rounds_by_name(lab, spread):
         assert e.code == 401
 
 
+def test_every_key_in_the_shared_redis_is_the_farms(lab, spread):
+    """The broker's database may be shared with other users: after a whole job, every key in
+    it, the farm's and Celery's (queues, unacked rounds, results, bindings), is under
+    `tunefarm:`; Celery's under `tunefarm:celery:`."""
+    import redis
+
+    client = redis.Redis.from_url(lab["redis"], decode_responses=True)
+    try:
+        names = list(client.scan_iter(count=1000))
+    finally:
+        client.close()
+    assert names and all(n.startswith("tunefarm:") for n in names), \
+        sorted(n for n in names if not n.startswith("tunefarm:"))[:20]
+    celery = [n for n in names if n.startswith("tunefarm:celery:")]
+    job = spread["summary"]["job_id"]  # the job's rounds' results, prefixed
+    assert any(n.startswith(f"tunefarm:celery:celery-task-meta-{job}:") for n in celery), \
+        celery[:20]
+    assert any("_kombu.binding.tune.cpu-local" in n for n in celery), celery[:20]
+
+
 def test_a_key_only_runs_on_hosts_that_have_it(lab, tmp_path):
     import torch
 

@@ -7,6 +7,7 @@ import json
 import time
 
 from farm.core.messages import JobSpec, RoundRequest
+from farm.pipeline.dispatch import queue_lists
 from farm.store import TaskState, open_store
 from workers.fence import POISON_AFTER, RoundFence
 from workers.supervisor import Supervisor
@@ -29,7 +30,7 @@ class Broker:
         self.queued = [json.dumps({"headers": {"id": t}}) for t in queued]
 
     def lrange(self, name, start, end):  # noqa: ANN001
-        return self.queued if name == "tune.k" else []
+        return self.queued if name == queue_lists("k")[0] else []
 
 
 def setup(states: dict[str, TaskState]):
