@@ -194,6 +194,9 @@ def _up_command(sub: Any) -> None:
     u.add_argument("--tracker-port", type=int, default=9190)
     u.add_argument("--phones", type=int, default=2)
     u.add_argument("--key", default="cpu-local")
+    u.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="also start a Prometheus on 127.0.0.1:PORT scraping the worker's "
+                        "/metrics (needs `prometheus` on PATH)")
     u.set_defaults(func=cmd_up)
 
 

@@ -236,6 +236,31 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
                  log_dir, env)
 
 
+def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
+                     port: int) -> tuple[Service, str]:
+    """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` (HOST:PORT)
+    every 5 s, keeping its data in `data_dir`; returns it and its URL. Prometheus has no
+    authentication of its own, so it binds loopback only: a lab's Grafana on another machine
+    scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
+    found = shutil.which("prometheus")
+    if found is None:
+        raise ServiceError("no prometheus on PATH", subject="farm up --prometheus-port",
+                           hint="install it (Debian/Ubuntu: apt-get install prometheus; or "
+                                "the release from prometheus.io), or leave the flag out")
+    private_dir(data_dir)
+    listed = ", ".join(f'"{t}"' for t in targets)
+    conf = write_private(data_dir / "prometheus.yml", (
+        "# written by `farm up`: its worker's /metrics (workers/metrics.py)\n"
+        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\n"
+        "scrape_configs:\n  - job_name: tunefarm\n"
+        f"    static_configs:\n      - targets: [{listed}]\n"))
+    svc = start("prometheus", [found, f"--config.file={conf}",
+                               f"--storage.tsdb.path={data_dir / 'tsdb'}",
+                               f"--web.listen-address={LOOPBACK}:{port}"], log_dir)
+    wait_port(LOOPBACK, port, timeout_s=60, proc=svc)
+    return svc, f"http://{LOOPBACK}:{port}"
+
+
 def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "worker",
                  extra: list[str] | None = None, env: dict[str, str] | None = None) -> Service:
     """`farm worker` on `tracker`; the broker URL (with its password) goes in its

@@ -1,5 +1,6 @@
 """`farm up`: the lab topology as local processes (Redis with a password, Flower with basic
-auth, a tracker, phones, a worker); Ctrl-C stops all of them."""
+auth, a tracker, phones, a worker, and on request a Prometheus scraping the worker); Ctrl-C
+stops all of them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -23,13 +25,14 @@ pytestmark = pytest.mark.integration
 
 
 def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
-    redis_port, flower_port, tracker_port = free_port(), free_port(), free_port()
+    redis_port, flower_port, tracker_port, prom_port = (free_port(), free_port(), free_port(),
+                                                        free_port())
     env = {**os.environ, "FARM_HOME": str(tmp_path / "home"), "FARM_REDIS_PASSWORD": "s3cret",
            "FARM_FLOWER_AUTH": "admin:pw"}
     env.pop("FARM_BROKER_URL", None)
     up = subprocess.Popen([sys.executable, "-m", "farm", "up", "--redis-port", str(redis_port),
                            "--flower-port", str(flower_port), "--tracker-port", str(tracker_port),
-                           "--phones", "1"], env=env, stdout=subprocess.PIPE,
+                           "--phones", "1", "--prometheus-port", str(prom_port)], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True,
                           preexec_fn=ctrl_c_works)
     url = f"redis://:s3cret@127.0.0.1:{redis_port}/0"
@@ -61,8 +64,18 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
                 time.sleep(1)
         else:
             raise AssertionError("Flower did not answer")
+        # Prometheus scrapes the worker's /metrics: the phone shows up in its own query API
+        query = (f"http://127.0.0.1:{prom_port}/api/v1/query?query="
+                 + urllib.parse.quote('tunefarm_phones{device_key="cpu-local",state="total"}'))
+        series = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not series:
+            with urllib.request.urlopen(query, timeout=10) as resp:
+                series = json.loads(resp.read())["data"]["result"]
+            time.sleep(1)
+        assert series and float(series[0]["value"][1]) == 1, series
         children = psutil.Process(up.pid).children(recursive=True)
-        assert len(children) >= 5  # redis, flower, tracker, phone, worker (and theirs)
+        assert len(children) >= 6  # redis, flower, prometheus, tracker, phone, worker (and theirs)
         # no secret on a command line: anyone on the host reads /proc/PID/cmdline (`ps`)
         for child in [psutil.Process(up.pid), *children]:
             cmdline = Path(f"/proc/{child.pid}/cmdline").read_bytes().replace(b"\0", b" ")
