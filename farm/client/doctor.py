@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError
@@ -77,11 +78,79 @@ def check_phones(tracker: str, key: str) -> str:
     return f"{info.total} phone(s) of key {key}, {info.free} free"
 
 
+# what `adb shell cat /proc/cpuinfo` says ("CPU part") for the cores of the built-in profiles
+_CPU_PARTS = "0xd0b cortex-a76, 0xd41 cortex-a78, 0xd44 cortex-x1, 0xd4e cortex-x3, 0xd05 cortex-a55"
+
+
+def _session(tracker: str, key: str) -> Any:
+    from tvm import rpc
+
+    host, port = parse_addr(tracker)
+    return rpc.connect_tracker(host, port).request(key, session_timeout=60)
+
+
+def phone_cpu(remote: Any) -> tuple[str, str] | None:
+    """LLVM's name of a phone's CPU and its triple, asked over RPC; None when its server has
+    a runtime-only TVM (the Android RPC app) that cannot say."""
+    try:
+        cpu = str(remote.get_function("target.llvm_get_system_cpu")())
+        triple = str(remote.get_function("target.llvm_get_system_triple")())
+    except Exception:  # noqa: BLE001 - the function is missing: the phone does not say
+        return None
+    return ("" if cpu in ("generic", "x86-64") else cpu), triple
+
+
+def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
+                 also: str | None = None) -> tuple[list[str], list[str]]:
+    """The profiles made for a phone of CPU `cpu` and `triple` (their mcpu is it, or they
+    follow the host CPU the phone runs on), and the other profiles whose code runs there
+    (its architecture, no instruction it lacks), among the known ones and the key `also`
+    (a key with no profile of its own means the host's CPU). GPU (OpenCL) profiles are not
+    judged."""
+    from tvm.target import codegen
+
+    from farm.core.profiles import known_keys
+    from farm.devices.hostcpu import missing_features
+
+    here = str(codegen.llvm_get_system_triple())
+    made, runs = [], []
+    keys = known_keys(overrides)
+    for key in keys + ([also] if also and also not in keys else []):
+        profile = resolve_profile(key, overrides).on_cpu(cpu)
+        target = profile.target_json()
+        if target.get("kind") != "llvm":
+            continue
+        arch = str(target.get("mtriple") or here).split("-")[0]
+        if arch != triple.split("-")[0] or missing_features(target, cpu):
+            continue
+        (made if cpu and target.get("mcpu") == cpu else runs).append(key)
+    return made, runs
+
+
+def check_phone_cpu(tracker: str, profile: DeviceProfile, overrides: dict[str, Any]) -> str:
+    """Which profiles fit the phone of the key that the tracker hands out; fails when the
+    key's own profile builds code that phone cannot run."""
+    found = phone_cpu(_session(tracker, profile.key))
+    if found is None:
+        return ("its RPC server does not say (a runtime-only TVM, e.g. the Android RPC app); "
+                f"on Android, `adb shell cat /proc/cpuinfo` names the cores (CPU part {_CPU_PARTS})"
+                "; pick the android-<core> profile of its big cores")
+    cpu, triple = found
+    made, runs = profiles_for(cpu, triple, overrides, also=profile.key)
+    name = f"{cpu or 'generic'} ({triple})"
+    fits = (f"profiles made for it: {', '.join(made) or 'none'}; that also run there: "
+            f"{', '.join(runs) or 'none'}")
+    if profile.key not in made + runs:
+        raise RuntimeError(f"the phone is {name}; profile {profile.key} builds code it cannot "
+                           f"run (target {profile.target_json()}); {fits}")
+    return f"{name}; {fits}"
+
+
 def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     """Build a tiny kernel for the profile, upload it to a phone of the key, run it, check it."""
     import numpy as np
     import tvm
-    from tvm import rpc, te
+    from tvm import te
     from tvm.support.tar import tar
 
     n = 1024
@@ -89,9 +158,8 @@ def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="B")
     func = te.create_prim_func([a, b])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(profile.target_json()))
-    host, port = parse_addr(tracker)
     t0 = time.perf_counter()
-    remote = rpc.connect_tracker(host, port).request(profile.key, session_timeout=60)
+    remote = _session(tracker, profile.key)
     from farm.devices.cross import fcompile
 
     cross = fcompile(profile)
@@ -133,6 +201,10 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
         checks.append(_run(f"phones of key {device_key}", lambda: check_phones(tracker, device_key),
                            f"start phones with --tracker {tracker} --key {device_key}"))
         if checks[-1].ok:
+            checks.append(_run("the phone's CPU",
+                               lambda: check_phone_cpu(tracker, profile, config.profiles),
+                               f"use the device key of a profile made for that CPU, or set "
+                               f"[profiles.{device_key}] target.mcpu to it in farm.toml"))
             checks.append(_run("a kernel on a phone", lambda: check_kernel(tracker, profile),
                                "see the phone's log; check the profile's target and export"))
     return checks

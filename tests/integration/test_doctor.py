@@ -11,14 +11,19 @@ from tests.helpers import run_farm
 pytestmark = pytest.mark.integration
 
 
+def start_one_phone(tmp_path, key: str):
+    group = services.ServiceGroup()
+    svc, tracker = services.start_tracker(tmp_path)
+    group.add(svc)
+    group.add(services.start_phone(tracker, key, 0, tmp_path))
+    wait_for_phones(tracker, key, 1, 60)
+    return group, tracker
+
+
 @pytest.fixture
 def one_phone(tmp_path):
-    group = services.ServiceGroup()
+    group, tracker = start_one_phone(tmp_path, "doc-key")
     try:
-        svc, tracker = services.start_tracker(tmp_path)
-        group.add(svc)
-        group.add(services.start_phone(tracker, "doc-key", 0, tmp_path))
-        wait_for_phones(tracker, "doc-key", 1, 60)
         yield tracker
     finally:
         group.stop()
@@ -31,6 +36,29 @@ def test_doctor_passes_with_a_phone_that_runs_a_kernel(one_phone, redis_url, tmp
     assert "[pass] Redis (store and broker)" in proc.stdout
     assert "[pass] phones of key doc-key: 1 phone(s)" in proc.stdout
     assert "[pass] a kernel on a phone: a kernel built, uploaded and ran correctly" in proc.stdout
+    # the phone said its CPU (this machine's): the key's profile, like cpu-local, is made for it
+    from farm.devices.hostcpu import system_cpu
+
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("[pass] the phone's CPU: "))
+    assert line.startswith(f"[pass] the phone's CPU: {system_cpu() or 'generic'} (x86_64"), line
+    made = line.split("profiles made for it: ", 1)[1].split(";")[0].split(", ")
+    assert {"cpu-local", "doc-key"} <= set(made) and "android-arm64" not in line, line
+
+
+def test_doctor_says_a_profile_does_not_fit_the_phone_and_names_those_that_do(tmp_path):
+    """Phones of this machine registered under an arm64 phone's key: the profile would build
+    aarch64 code for an x86 CPU. Doctor says so before any kernel runs, and names cpu-local."""
+    group, tracker = start_one_phone(tmp_path, "android-cortex-a76")
+    try:
+        proc = run_farm(["doctor", "--tracker", tracker, "--device-key", "android-cortex-a76"],
+                        tmp_path, timeout_s=300, env={"TVM_NDK_CC": "g++"})
+    finally:
+        group.stop()
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("[FAIL] the phone's CPU: "))
+    assert "(x86_64" in line and "profile android-cortex-a76 builds code it cannot run" in line
+    assert "profiles made for it: cpu-local" in line, line
+    assert "fix: use the device key of a profile made for that CPU" in proc.stdout
 
 
 def test_doctor_names_what_is_missing_and_the_fix(one_phone, tmp_path):
