@@ -113,7 +113,8 @@ def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
     from farm.devices.hostcpu import missing_features
 
     here = str(codegen.llvm_get_system_triple())
-    made, runs = [], []
+    made: list[str] = []
+    runs: list[str] = []
     keys = known_keys(overrides)
     for key in keys + ([also] if also and also not in keys else []):
         profile = resolve_profile(key, overrides).on_cpu(cpu)
