@@ -96,13 +96,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         for i in range(args.phones):
             group.add(services.start_phone(tracker, args.key, i, log_dir))
         wait_for_phones(tracker, args.key, args.phones, timeout_s=60)
-        metrics = _up_metrics(args, group, home, log_dir)
+        metrics, prometheus = _up_metrics(args, group, home, log_dir)
         group.add(services.start_worker(tracker, url, log_dir, extra=metrics))
         shown = url.replace(f":{args.redis_password}@", ":***@") if args.redis_password else url
         print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
               f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
-              + (f"prometheus {args.prometheus_url} scrapes the worker's /metrics "
-                 f"(Grafana: deploy/grafana/tunefarm.json)\n" if metrics else "") +
+              + (f"prometheus {prometheus} scrapes the worker's /metrics "
+                 f"(Grafana: deploy/grafana/tunefarm.json)\n" if prometheus else "") +
               f"submit with: FARM_BROKER_URL={shown} farm submit MODEL --out DIR "
               f"--tracker {tracker}\nCtrl-C stops everything.", file=sys.stderr, flush=True)
         while True:
@@ -112,18 +112,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         group.stop()
 
 
-def _up_metrics(args: argparse.Namespace, group: Any, home: Path, log_dir: Path) -> list[str]:
+def _up_metrics(args: argparse.Namespace, group: Any, home: Path,
+                log_dir: Path) -> tuple[list[str], str | None]:
     """With --prometheus-port: a Prometheus (loopback) scraping the worker's /metrics, started
-    before the worker; returns the worker's metrics flags."""
+    before the worker; returns the worker's metrics flags and Prometheus' URL."""
     if not args.prometheus_port:
-        return []
+        return [], None
     from farm.local import services
 
     port = services.free_port()
-    svc, args.prometheus_url = services.start_prometheus(
+    svc, url = services.start_prometheus(
         [f"127.0.0.1:{port}"], home / "up-prometheus", log_dir, args.prometheus_port)
     group.add(svc)
-    return ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+    return ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"], url
 
 
 def flower_command(config: FarmConfig, address: str, port: int, auth: str | None,

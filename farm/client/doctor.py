@@ -14,7 +14,7 @@ from typing import Any
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError
 from farm.core.profiles import DeviceProfile, resolve_profile
-from farm.devices.tracker import parse_addr
+from farm.devices.tracker import request_phone
 
 
 @dataclass(frozen=True)
@@ -82,22 +82,17 @@ def check_phones(tracker: str, key: str) -> str:
 _CPU_PARTS = "0xd0b cortex-a76, 0xd41 cortex-a78, 0xd44 cortex-x1, 0xd4e cortex-x3, 0xd05 cortex-a55"
 
 
-def _session(tracker: str, key: str) -> Any:
-    from tvm import rpc
-
-    host, port = parse_addr(tracker)
-    return rpc.connect_tracker(host, port).request(key, session_timeout=60)
-
-
 def phone_cpu(remote: Any) -> tuple[str, str] | None:
     """LLVM's name of a phone's CPU and its triple, asked over RPC; None when its server has
     a runtime-only TVM (the Android RPC app) that cannot say."""
+    from farm.devices.hostcpu import cpu_name
+
     try:
-        cpu = str(remote.get_function("target.llvm_get_system_cpu")())
+        cpu = remote.get_function("target.llvm_get_system_cpu")()
         triple = str(remote.get_function("target.llvm_get_system_triple")())
     except Exception:  # noqa: BLE001 - the function is missing: the phone does not say
         return None
-    return ("" if cpu in ("generic", "x86-64") else cpu), triple
+    return cpu_name(cpu), triple
 
 
 def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
@@ -131,7 +126,7 @@ def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
 def check_phone_cpu(tracker: str, profile: DeviceProfile, overrides: dict[str, Any]) -> str:
     """Which profiles fit the phone of the key that the tracker hands out; fails when the
     key's own profile builds code that phone cannot run."""
-    found = phone_cpu(_session(tracker, profile.key))
+    found = phone_cpu(request_phone(tracker, profile.key, 60))
     if found is None:
         return ("its RPC server does not say (a runtime-only TVM, e.g. the Android RPC app); "
                 f"on Android, `adb shell cat /proc/cpuinfo` names the cores (CPU part {_CPU_PARTS})"
@@ -160,7 +155,7 @@ def check_kernel(tracker: str, profile: DeviceProfile) -> str:
     func = te.create_prim_func([a, b])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(profile.target_json()))
     t0 = time.perf_counter()
-    remote = _session(tracker, profile.key)
+    remote = request_phone(tracker, profile.key, 60)
     from farm.devices.cross import fcompile
 
     cross = fcompile(profile)

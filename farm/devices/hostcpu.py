@@ -19,13 +19,18 @@ _ISA = re.compile(r"^(avx|sse|ssse|fma|f16c|bmi|amx|aes|sha|pclmul|vpclmulqdq|gf
                   r"bf16|crypto|lse|rdm|fp-armv8|v8|v9)")
 
 
+def cpu_name(llvm_name: object) -> str:
+    """A CPU name as LLVM reports it, "" when LLVM only knows it as generic."""
+    name = str(llvm_name or "")
+    return "" if name in ("generic", "x86-64") else name
+
+
 @functools.cache
 def system_cpu() -> str:
     """LLVM's name of this machine's CPU ("" when LLVM only knows it as generic)."""
     from tvm.target import codegen
 
-    name = str(codegen.llvm_get_system_cpu() or "")
-    return "" if name in ("generic", "x86-64", "") else name
+    return cpu_name(codegen.llvm_get_system_cpu())
 
 
 def _features(target_json: dict[str, Any]) -> set[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from farm.core.errors import ServiceError, UsageError
 
@@ -27,6 +28,15 @@ def parse_addr(addr: str) -> tuple[str, int]:
                          subject=f"tracker {addr}",
                          hint="e.g. --tracker 192.168.1.10:9190 (the worker host's tracker)")
     return host, int(port)
+
+
+def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> Any:
+    """An RPC session on a phone of `key`, handed out by the tracker at `addr`."""
+    from tvm import rpc
+
+    host, port = parse_addr(addr)
+    return rpc.connect_tracker(host, port).request(key, priority=priority,
+                                                   session_timeout=int(timeout_s))
 
 
 def phones(addr: str) -> dict[str, KeyInfo]:

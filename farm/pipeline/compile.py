@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from farm.core.errors import CompileError
-from farm.devices.tracker import parse_addr
+from farm.devices.tracker import request_phone
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +90,12 @@ def _flatten(out: Any) -> list[np.ndarray]:
 def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
     """(remote, device) on a phone of `key` via the tracker, or this machine's CPU."""
     import tvm
-    from tvm import rpc
 
     if tracker is None:
         yield None, tvm.cpu(0)
         return
-    host, port = parse_addr(tracker)
     try:
-        remote = rpc.connect_tracker(host, port).request(key, priority=0,
-                                                              session_timeout=int(timeout_s))
+        remote = request_phone(tracker, key, timeout_s, priority=0)
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"cannot get a phone of key {key} to run the model: {e}",
                            subject=f"tracker {tracker}") from e
