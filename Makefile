@@ -37,8 +37,8 @@ system-deps:
 		PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null || \
 		missing="$$missing $${pair##*:}"; done; \
 	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		if [ "$$(id -u)" = 0 ]; then apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 		else echo "make: missing Debian packages:$$missing (apt-get install them as root)"; fi; \
 	fi
 
