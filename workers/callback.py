@@ -39,6 +39,7 @@ class RoundCounters:
     last_device_error: str = ""
     store_error: Exception | None = None  # the store failed mid-round (re-raised after tune_tir)
     measure_s: float = 0.0  # batch sent to the phones -> all its results back, summed
+    batches: int = 0
 
 
 def outcome(built: Any, ran: Any) -> tuple[str | None, str, list[float] | None]:
@@ -58,7 +59,7 @@ def outcome(built: Any, ran: Any) -> tuple[str | None, str, list[float] | None]:
 class StoreCallback(PyMeasureCallback):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target,
                  job_id: str, host: str, counters: RoundCounters, on_progress=None,
-                 runner=None) -> None:
+                 runner=None, span_fields: dict[str, str] | None = None) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -69,6 +70,7 @@ class StoreCallback(PyMeasureCallback):
         self.counters = counters
         self.on_progress = on_progress
         self.runner = runner  # its `started` times the batch's measurement
+        self.span_fields = span_fields  # key, task, batch (the round id): the phones' spans
 
     def _device_lost(self, candidate: str, error_msg: str) -> int:
         """A run sent to a phone that went away: counted (it is not stored; a culprit is, and
@@ -89,14 +91,33 @@ class StoreCallback(PyMeasureCallback):
                         "culprit, not measured again", self.workload_key, candidate, lost)
         return lost
 
+    def _note_phones(self, builder_results: list[Any], outcomes: list[str]) -> None:
+        """Which phone measured each candidate of the batch, when, and how it ended."""
+        log_ = getattr(self.runner, "phone_log", None)
+        if log_ is None or self.span_fields is None:
+            return
+        self.counters.batches += 1
+        fields = dict(self.span_fields)
+        fields["batch"] = f"{fields.get('batch', '')}#{self.counters.batches}"
+        spans = log_.spans([None if b.error_msg else b.artifact_path for b in builder_results],
+                           outcomes, job_id=self.job_id, workload_key=self.workload_key,
+                           worker=self.host, **fields)
+        try:
+            self.store.note_phone_spans(spans)
+        except Exception as e:
+            self.counters.store_error = e
+            raise
+
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         c = self.counters
         if self.runner is not None and self.runner.started:
             c.measure_s += time.monotonic() - self.runner.started
-        for cand, built, ran in zip(measure_candidates, builder_results, runner_results,
-                                    strict=True):
-            error_class, error_msg, run_secs = outcome(built, ran)
+        outcomes = [outcome(built, ran) for built, ran in zip(builder_results, runner_results,
+                                                              strict=True)]
+        self._note_phones(builder_results, [o[0] or "ok" for o in outcomes])
+        for cand, (error_class, error_msg, run_secs) in zip(measure_candidates, outcomes,
+                                                           strict=True):
             record = record_of(cand, self.workload, self.target, run_secs)
             if error_class == "device_lost":
                 lost = self._device_lost(candidate_hash(record), error_msg)

@@ -38,6 +38,7 @@ class Heartbeat(threading.Thread):
         self.ttl_s = ttl_s
         self.interval_s = interval_s if interval_s is not None else max(1.0, ttl_s / 3)
         self.started_at = time.time()
+        self.counted_at = time.monotonic()  # phones' work time is counted up to here
         self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
         self.last_seen: dict[str, float] = {q: time.time() for q in queues}
         self.stopping = threading.Event()
@@ -52,10 +53,28 @@ class Heartbeat(threading.Thread):
                   for k, v in found.items()}
         if self.follow:
             self._follow({k for k, v in found.items() if v.total > 0})
+        self._count_work(found)
         self.store.publish_host(HostBeat(
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
-            cpu=system_cpu()), ttl_s=self.ttl_s)
+            cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()}),
+            ttl_s=self.ttl_s)
+
+    def _count_work(self, found: dict[str, tracker_mod.KeyInfo]) -> None:
+        """Add the time since the last beat to the work time of every phone on the tracker whose
+        key has work (a job of the key with a task queued or tuning): its idle time is that
+        minus its busy time (farm/store/phones.py)."""
+        now = time.monotonic()
+        elapsed, self.counted_at = min(now - self.counted_at, float(self.ttl_s)), now
+        busy_keys = set()
+        for job_id in self.store.active_jobs():
+            job = self.store.get_job(job_id)
+            if job is not None and job.device_key in found and job.device_key not in busy_keys \
+                    and any(s.outstanding for s in self.store.task_states(job_id).values()):
+                busy_keys.add(job.device_key)
+        for key in sorted(busy_keys):
+            for phone in found[key].phones:
+                self.store.add_phone_work(key, phone, self.node, elapsed)
 
     def _follow(self, keys_now: set[str]) -> None:
         """Consume the queues of the keys with phones; keep a key's queue for `grace_s` after

@@ -261,11 +261,11 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
                               cold=not ranked_by and not single,  # ... is sampled at random
                               verify=[] if single else to_verify(store, req.workload_key),
                               tvm_version=tvm.__version__)
-    counters = RoundCounters()
-    work_dir = tempfile.mkdtemp(prefix="farm-round-")
+    counters, work_dir = RoundCounters(), tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
+    spans = {"key": req.device_key, "task": task.name, "batch": req.round_id}  # phones' time
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
-                             ctx.host, counters, on_progress, runner)
+                             ctx.host, counters, on_progress, runner, span_fields=spans)
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
              "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,

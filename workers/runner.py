@@ -16,8 +16,11 @@ a candidate whose output differs is a `wrong_answer`, stored as failed, never be
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
+import tempfile
 import time
 from typing import Any
 
@@ -27,6 +30,8 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 from farm.core.profiles import DeviceProfile
 from farm.devices.tracker import parse_addr
+from workers import phonelog
+from workers.phonelog import PhoneLog
 
 
 @derived_object
@@ -45,6 +50,13 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         )
         self.pool.shutdown()
         self.pool: PopenPoolExecutor = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
+        fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
+        os.close(fd)
+        atexit.register(_remove, path)
+        self.phone_log = PhoneLog(path, deadline_s=run_timeout_s)  # which phone measured what
+        self.f_create_session = functools.partial(phonelog.create_session, path, tracker)
+        self.f_upload_module = functools.partial(phonelog.upload_module, path)
+        self.f_cleanup = functools.partial(phonelog.cleanup, path)
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
 
@@ -60,6 +72,11 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
 
 
 WRONG = "wrong answer"
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def outputs_match(got: Any, want: Any) -> tuple[bool, float]:

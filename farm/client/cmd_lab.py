@@ -164,14 +164,16 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from farm.store import hosts
+    from farm.store import hosts, phones
 
     with store_of(args) as store:
         found = store.hosts()
+        live = {p for h in found for addrs in h.addresses.values() for p in addrs}
+        rows = phones.phone_rows(store.phone_stats(), live)
         if args.json:
-            print(json.dumps([h.to_json() for h in found], indent=2))
+            print(json.dumps({"hosts": [h.to_json() for h in found], "phones": rows}, indent=2))
         else:
-            print(hosts.format_hosts(found))
+            print(hosts.format_hosts(found) + "\n\n" + phones.format_phones(rows))
     return 0
 
 

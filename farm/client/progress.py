@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from farm.core.messages import JobSpec
+from farm.pipeline.summary import phone_section
 from farm.store import RecordStore, TaskState
 from farm.store.store import MEASURE_COUNTERS, total_counts
 
@@ -41,12 +42,13 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
     finished = sum(1 for t in tasks if t["state"] in ("done", "exhausted", "failed"))
     running = status.get("state", "running") == "running" and finished < len(tasks)
     eta = left / rate * 60 if running and rate > 0 else None
+    phones = phone_section(store, job, now=now if running else None)
     return {"job_id": job.job_id, "model": job.model, "device_key": job.device_key,
             "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
             "tasks_finished": finished, "trials_measured": done, "trials_left": left,
             "measurements": total_counts(counts),
             "trials_per_min": round(rate, 2), "elapsed_s": round(elapsed, 1),
-            "eta_s": None if eta is None else round(eta, 1)}
+            "eta_s": None if eta is None else round(eta, 1), **phones}
 
 
 def _bar(done: int, goal: int) -> str:
@@ -88,6 +90,13 @@ def render(view: dict[str, Any], width: int = 48) -> str:
     if m.get("measurements"):
         lines.append(f"  phone measurements: {m['measurements']} ({m['new']} new records, "
                      f"{m['duplicates']} measured twice, {m['device_lost']} device lost)")
+    for p in view.get("phones", []):
+        if p["measurements"] or p["device_lost"]:
+            lines.append(f"  phone {p['phone']} on {p['worker']}: {p['measurements']} measured, "
+                         f"busy {p['busy_s']:.0f} s ({100 * p['utilization']:.0f} %), "
+                         f"mean {p['mean_ms']:.0f} ms, {p['device_lost']} device lost")
+        else:
+            lines.append(f"  phone {p['phone']} on {p['worker']}: measured nothing")
     return "\n".join(lines)
 
 
@@ -136,5 +145,9 @@ def format_table(summary: dict[str, Any]) -> str:
     if fb:
         lines.append(f"default schedule for {len(fb)} function(s): "
                      + "; ".join(f"{k} ({v})" for k, v in fb.items()))
+    if summary.get("phones"):
+        lines.append(f"phones: {len(summary['phones'])}, busy "
+                     f"{100 * summary['phone_utilization']:.0f} % of the tuning wall "
+                     f"({summary['tuning_wall_s']:.0f} s); report.html has their timeline")
     lines.append(f"wall time {summary['wall_s']:.0f} s, job {summary['job_id']}")
     return "\n".join(lines)

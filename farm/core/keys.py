@@ -158,6 +158,23 @@ def host_pattern() -> str:
     return key_for("host", "*")
 
 
+# --- phones (a phone: its device key and the address it registered at its tracker) ----
+def phone(device_key: str, addr: str) -> str:
+    """Hash: one phone's totals (busy_s, work_s, measurements, device_lost, worker, last_at);
+    never expires: a phone's day and its history."""
+    return key_for("phone", device_key, addr)
+
+
+def phone_index() -> str:
+    """Set: "<device key>|<address>" of every phone the farm has seen."""
+    return key_for("phones")
+
+
+def job_phone_spans(job_id: str) -> str:
+    """List: the job's measurements as phone spans (JSON: phone, task, start, end, outcome)."""
+    return key_for("job", job_id, "phones")
+
+
 def lease(wk: str) -> str:
     """String: the job tuning this workload now (expires, so a dead holder cannot block)."""
     return key_for("wl", wk, "lease")

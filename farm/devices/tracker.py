@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,8 @@ class KeyInfo:
     total: int  # phones registered under the key
     free: int  # phones not in a session
     pending: int  # session requests waiting
-    hosts: tuple[str, ...] = ()  # the phones' addresses, as they registered
+    hosts: tuple[str, ...] = ()  # the phones' hosts, as they registered
+    phones: tuple[str, ...] = ()  # each phone's "host:port" (request_session's address)
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -30,13 +32,45 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def phone_address(host: object, port: object) -> str:
+    """A phone's identity: the address it registered at its tracker, "host:port"."""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
 def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> Any:
     """An RPC session on a phone of `key`, handed out by the tracker at `addr`."""
-    from tvm import rpc
+    return request_session(addr, key, timeout_s, priority)[0]
+
+
+def request_session(addr: str, key: str, timeout_s: float, priority: int = 1) -> tuple[Any, str]:
+    """(an RPC session on a phone of `key`, that phone's address "host:port") from the tracker
+    at `addr`: TVM's own request (TrackerSession.request), which does not say which phone it
+    gave; the farm accounts every phone's time by this address (farm/store/phones.py)."""
+    from tvm.rpc import base, client
 
     host, port = parse_addr(addr)
-    return rpc.connect_tracker(host, port).request(key, priority=priority,
-                                                   session_timeout=int(timeout_s))
+    last: Exception | None = None
+    for _ in range(5):  # as TVM's request: a dropped tracker connection is tried again
+        sock = None
+        try:
+            sock = base.connect_with_retry((host, port), timeout=60)
+            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+                raise ServiceError("this is not a TVM RPC tracker", subject=f"tracker {addr}")
+            base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", priority])
+            value = base.recvjson(sock)
+            if value[0] != base.TrackerCode.SUCCESS:
+                raise ServiceError(f"the tracker refused a session: {value}",
+                                   subject=f"tracker {addr}, key {key}")
+            url, phone_port, matchkey = value[1]
+            return (client.connect(url, phone_port, matchkey, int(timeout_s)),
+                    phone_address(url, phone_port))
+        except OSError as e:
+            last = e
+        finally:
+            if sock is not None:
+                sock.close()
+    raise ServiceError(f"cannot request a phone: {last}", subject=f"tracker {addr}, key {key}")
 
 
 def phones(addr: str) -> dict[str, KeyInfo]:
@@ -55,6 +89,7 @@ def phones(addr: str) -> dict[str, KeyInfo]:
                                 f"`farm tracker --port {port}`") from e
     totals: dict[str, int] = {}
     hosts: dict[str, set[str]] = {}
+    addrs: dict[str, set[str]] = {}
     for server in summary.get("server_info", []):
         key = str(server.get("key", ""))
         if key.startswith("server:"):
@@ -64,13 +99,16 @@ def phones(addr: str) -> dict[str, KeyInfo]:
             where = server.get("addr") or [None]
             if where[0]:
                 hosts.setdefault(key, set()).add(str(where[0]))
+                if len(where) > 1:
+                    addrs.setdefault(key, set()).add(phone_address(where[0], where[1]))
     out: dict[str, KeyInfo] = {}
     queue = summary.get("queue_info", {})
     for key in set(totals) | set(queue):
         q = queue.get(key, {})
         out[key] = KeyInfo(total=totals.get(key, 0), free=int(q.get("free", 0)),
                            pending=int(q.get("pending", 0)),
-                           hosts=tuple(sorted(hosts.get(key, ()))))
+                           hosts=tuple(sorted(hosts.get(key, ()))),
+                           phones=tuple(sorted(addrs.get(key, ()))))
     return out
 
 

@@ -7,6 +7,8 @@ from typing import Any
 from farm.core.messages import JobSpec
 from farm.pipeline import compile as compile_stage
 from farm.store import TaskState
+from farm.store.hosts import registered_phones
+from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import MEASURE_COUNTERS, total_counts
 
 
@@ -51,3 +53,16 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
     }
+
+
+def phone_section(store: Any, job: JobSpec, now: float | None = None) -> dict[str, Any]:
+    """Each phone's part in the job: busy and idle seconds, utilization (busy / the tuning
+    wall: from the job's start to its last measurement, or to `now` while it runs),
+    measurements, device lost."""
+    spans = store.job_phone_spans(job.job_id)
+    started = float(store.job_status(job.job_id).get("started_at") or 0) or None
+    wall = tuning_wall(spans, started, until=now)
+    rows = job_phones(spans, registered_phones(store.hosts(), job.device_key), wall)
+    busy = sum(r["busy_s"] for r in rows)
+    return {"phones": rows, "tuning_wall_s": round(wall, 2),
+            "phone_utilization": round(busy / (wall * len(rows)), 3) if rows and wall else 0.0}

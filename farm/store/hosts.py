@@ -22,6 +22,12 @@ class HostBeat(_Message):
     started_at: float = 0.0
     beat_at: float = 0.0
     cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
+    addresses: dict[str, list[str]] = field(default_factory=dict)  # key -> its phones' host:port
+
+
+def registered_phones(hosts: list[HostBeat], key: str) -> dict[str, str]:
+    """The phones of `key` on the live hosts' trackers: phone address -> worker host."""
+    return {phone: h.name for h in hosts for phone in h.addresses.get(key, [])}
 
 
 def format_hosts(hosts: list[HostBeat]) -> str:

@@ -8,6 +8,7 @@ import time
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
+from farm.store.phones import MemoryPhoneLedger
 from farm.store.store import (
     MEASURE_COUNTERS,
     RecordStore,
@@ -20,8 +21,9 @@ from farm.store.store import (
 )
 
 
-class MemoryStore(RecordStore):
+class MemoryStore(RecordStore, MemoryPhoneLedger):
     def __init__(self) -> None:
+        MemoryPhoneLedger.__init__(self)
         self._lock = threading.Lock()
         self._workloads: dict[str, TuneTask] = {}
         self._records: dict[str, dict[str, StoredRecord]] = {}

@@ -14,6 +14,7 @@ from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
+from farm.store.phones import RedisPhoneLedger
 from farm.store.store import (
     RecordStore,
     StoredRecord,
@@ -44,7 +45,7 @@ def redact(url: str) -> str:
     return url
 
 
-class RedisStore(RecordStore):
+class RedisStore(RecordStore, RedisPhoneLedger):
     """A `RecordStore` on one Redis database. Drops its client when pickled."""
 
     def __init__(self, url: str):

@@ -32,6 +32,7 @@ from farm.core.errors import StoreError
 from farm.core.messages import JobSpec, TuneTask, _Message
 from farm.store.hosts import HostBeat
 from farm.store.learned import LearnedStore
+from farm.store.phones import PhoneLedger
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class TaskState(_Message):
         return self.state in ("queued", "tuning", "waiting")
 
 
-class RecordStore(LearnedStore, ABC):
+class RecordStore(LearnedStore, PhoneLedger, ABC):
     """Where every measurement lives. See the module docstring (and farm/store/learned.py's)
     for the contract."""
 

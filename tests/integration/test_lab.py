@@ -68,7 +68,7 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
 def devices(lab, home: Path) -> list[dict]:
     proc = run_farm(["devices", "--json"], home, env=lab["env"], timeout_s=60)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout)["hosts"]
 
 
 def wait_devices(lab, home: Path, want: set[str], timeout_s: float = 90) -> list[dict]:

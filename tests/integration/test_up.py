@@ -43,7 +43,7 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
             assert up.poll() is None, up.communicate()[1][-2000:]
             proc = run_farm(["devices", "--json"], tmp_path, env={"FARM_BROKER_URL": url},
                             timeout_s=60)
-            hosts = json.loads(proc.stdout) if proc.returncode == 0 else []
+            hosts = json.loads(proc.stdout)["hosts"] if proc.returncode == 0 else []
             time.sleep(1)
         assert hosts and hosts[0]["phones"]["cpu-local"]["total"] == 1, hosts
         assert hosts[0]["tracker"] == f"127.0.0.1:{tracker_port}"

@@ -332,3 +332,34 @@ def test_workloads_are_indexed_by_model_key_with_their_features_and_model(store)
     assert store.cost_model(mkey) == {}
     assert store.remove_workload("w1")
     assert store.model_workloads(mkey) == ["w2"] and store.features("w1") == {}
+
+
+def span(phone: str, start: float, end: float, outcome: str = "ok", job: str = "j1",
+         key: str = "k"):
+    from farm.store.phones import PhoneSpan
+
+    return PhoneSpan(phone=phone, key=key, worker="w1", job_id=job, workload_key="wk",
+                     task="dense", batch="r#1", start=start, end=end, outcome=outcome)
+
+
+def test_phone_spans_add_to_their_phone_and_their_job(store):
+    store.note_phone_spans([span("10.0.0.1:9000", 100.0, 101.5),
+                            span("10.0.0.2:9000", 100.0, 100.25, outcome="build"),
+                            span("10.0.0.1:9000", 102.0, 108.0, outcome="device_lost")])
+    store.note_phone_spans([span("10.0.0.1:9000", 110.0, 110.5, job="j2")])
+    store.add_phone_work("k", "10.0.0.1:9000", "w1", 20.0)
+    store.add_phone_work("k", "10.0.0.3:9000", "w1", 20.0)  # had work, measured nothing
+    stats = {s.phone: s for s in store.phone_stats()}
+    assert set(stats) == {"10.0.0.1:9000", "10.0.0.2:9000", "10.0.0.3:9000"}
+    one = stats["10.0.0.1:9000"]
+    assert (one.measurements, one.device_lost) == (3, 1)
+    assert one.busy_s == pytest.approx(8.0) and one.idle_s == pytest.approx(12.0)
+    assert one.mean_ms == pytest.approx(8000 / 3) and one.last_at == 110.5
+    assert stats["10.0.0.2:9000"].busy_s == pytest.approx(0.25)
+    idle = stats["10.0.0.3:9000"]
+    assert (idle.busy_s, idle.measurements, idle.idle_s, idle.mean_ms) == (0.0, 0, 20.0, None)
+    assert [(s.phone, s.start, s.outcome) for s in store.job_phone_spans("j1")] == [
+        ("10.0.0.1:9000", 100.0, "ok"), ("10.0.0.2:9000", 100.0, "build"),
+        ("10.0.0.1:9000", 102.0, "device_lost")]
+    assert [s.end for s in store.job_phone_spans("j2")] == [110.5]
+    assert store.job_phone_spans("nope") == []

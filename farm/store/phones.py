@@ -1,0 +1,247 @@
+"""What each phone did: its measurements as spans, and its totals (a phone's day).
+
+A phone is its device key and the address it registered at its tracker ("host:port"): the
+address a worker's session connected to (workers/runner.py learns it from the tracker).
+
+- A *span* is one measurement in flight on one phone: from the session the tracker granted
+  to the session's end (upload, run, clean-up). Its outcome is "ok", a failure class, or
+  "device_lost" (the phone froze or vanished: the span ends at the runner's deadline).
+- *busy_s* sums a phone's spans; *work_s* is the time its key had work (a job of the key
+  tuning), counted by the worker host's heartbeat for every phone on its tracker, so a phone
+  that measured nothing while its key had work shows idle time and 0 busy seconds;
+  idle_s = work_s - busy_s.
+
+Contract of every `PhoneLedger` (tests/unit/test_store_contract.py): spans add to their
+phone's totals (busy, measurements, device lost) and to their job's list, in order;
+`add_phone_work` adds to work_s and makes a phone known even before it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from farm.core import keys
+from farm.core.messages import _Message
+
+SPANS_KEPT = 100_000  # spans kept per job (the oldest are dropped beyond it)
+
+
+@dataclass(frozen=True)
+class PhoneSpan(_Message):
+    """One measurement in flight on one phone."""
+
+    kind = "phone span"
+    phone: str  # the address it registered at its tracker
+    key: str  # its device key
+    worker: str  # the worker host whose round sent it
+    job_id: str
+    workload_key: str
+    task: str
+    batch: str  # round id and batch index: a bar of the report's timeline
+    start: float  # epoch seconds
+    end: float
+    outcome: str  # "ok", a failure class, or "device_lost"
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass(frozen=True)
+class PhoneStat(_Message):
+    """A phone's totals since the farm first saw it."""
+
+    kind = "phone totals"
+    phone: str
+    key: str
+    worker: str = ""
+    busy_s: float = 0.0
+    work_s: float = 0.0  # its key had work queued or running
+    measurements: int = 0
+    device_lost: int = 0
+    last_at: float = 0.0  # the end of its last measurement (0: never measured)
+
+    @property
+    def idle_s(self) -> float:
+        return max(0.0, self.work_s - self.busy_s)
+
+    @property
+    def mean_ms(self) -> float | None:
+        return 1000 * self.busy_s / self.measurements if self.measurements else None
+
+
+def job_phones(spans: list[PhoneSpan], registered: dict[str, str],
+               wall_s: float) -> list[dict[str, Any]]:
+    """Per phone of a job (those that measured for it, and `registered`: the phones of its key
+    on the trackers now, phone -> worker host, with 0 busy seconds when they measured nothing):
+    busy and idle seconds, utilization = busy / the job's tuning wall, measurements, device
+    lost, mean measurement time."""
+    rows: dict[str, dict[str, Any]] = {
+        phone: {"phone": phone, "worker": worker, "busy_s": 0.0, "measurements": 0,
+                "device_lost": 0}
+        for phone, worker in registered.items()}
+    for sp in spans:
+        row = rows.setdefault(sp.phone, {"phone": sp.phone, "worker": sp.worker, "busy_s": 0.0,
+                                         "measurements": 0, "device_lost": 0})
+        row["worker"] = sp.worker
+        row["busy_s"] += sp.seconds
+        row["measurements"] += 1
+        row["device_lost"] += sp.outcome == "device_lost"
+    for row in rows.values():
+        busy = row["busy_s"]
+        row["busy_s"] = round(busy, 2)
+        row["idle_s"] = round(max(0.0, wall_s - busy), 2)
+        row["utilization"] = round(busy / wall_s, 3) if wall_s > 0 else 0.0
+        row["mean_ms"] = round(1000 * busy / row["measurements"], 1) if row["measurements"] \
+            else None
+    return sorted(rows.values(), key=lambda r: (r["worker"], r["phone"]))
+
+
+def tuning_wall(spans: list[PhoneSpan], started_at: float | None = None,
+                until: float | None = None) -> float:
+    """The job's tuning wall: from its start (or its first measurement) to its last
+    measurement, or to `until` (a job still running: now)."""
+    starts = [s.start for s in spans] + ([started_at] if started_at else [])
+    ends = [s.end for s in spans] + ([until] if until else [])
+    return max(0.0, max(ends) - min(starts)) if starts and ends else 0.0
+
+
+def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[dict[str, Any]]:
+    """`farm devices`' phones: totals, and whether the phone is on a live host's tracker now."""
+    return [{"phone": s.phone, "key": s.key, "worker": s.worker,
+             "registered": s.phone in registered, "measurements": s.measurements,
+             "busy_s": round(s.busy_s, 2), "idle_s": round(s.idle_s, 2),
+             "work_s": round(s.work_s, 2), "device_lost": s.device_lost,
+             "mean_ms": None if s.mean_ms is None else round(s.mean_ms, 1),
+             "last_at": s.last_at or None} for s in stats]
+
+
+def format_phones(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no phone has measured or had work yet"
+    lines = [f"{'phone':24} {'device key':16} {'worker host':22} {'state':10} {'meas.':>6} "
+             f"{'busy':>8} {'idle':>8} {'mean':>9} {'lost':>5}"]
+    for r in rows:
+        mean = f"{r['mean_ms']:.0f} ms" if r["mean_ms"] is not None else "-"
+        lines.append(f"{r['phone']:24} {r['key']:16} {r['worker']:22} "
+                     f"{'registered' if r['registered'] else 'gone':10} {r['measurements']:6} "
+                     f"{r['busy_s']:7.0f}s {r['idle_s']:7.0f}s {mean:>9} {r['device_lost']:5}")
+    lines.append("(busy: a measurement in flight; idle: its key had work and it measured nothing)")
+    return "\n".join(lines)
+
+
+class PhoneLedger(ABC):
+    @abstractmethod
+    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
+        """Add measurements: to each phone's totals and to its job's list of spans."""
+
+    @abstractmethod
+    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
+        """`seconds` more during which the phone's key had work (the heartbeat's count)."""
+
+    @abstractmethod
+    def phone_stats(self) -> list[PhoneStat]:
+        """Every phone the farm has seen, sorted by key and address."""
+
+    @abstractmethod
+    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
+        """The job's spans, in the order they were noted."""
+
+
+class RedisPhoneLedger(PhoneLedger):
+    """The ledger on Redis (mixed into RedisStore: `r` is its client)."""
+
+    r: Any
+
+    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
+        if not spans:
+            return
+        pipe = self.r.pipeline()
+        for sp in spans:
+            hkey = keys.phone(sp.key, sp.phone)
+            pipe.sadd(keys.phone_index(), f"{sp.key}|{sp.phone}")
+            pipe.hincrbyfloat(hkey, "busy_s", sp.seconds)
+            pipe.hincrby(hkey, "measurements", 1)
+            if sp.outcome == "device_lost":
+                pipe.hincrby(hkey, "device_lost", 1)
+            pipe.hset(hkey, mapping={"worker": sp.worker, "last_at": repr(sp.end)})
+            pipe.rpush(keys.job_phone_spans(sp.job_id), sp.dumps())
+        for job_id in {sp.job_id for sp in spans}:
+            pipe.ltrim(keys.job_phone_spans(job_id), -SPANS_KEPT, -1)
+            pipe.expire(keys.job_phone_spans(job_id), keys.JOB_TTL_S)
+        pipe.execute()
+
+    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
+        pipe = self.r.pipeline()
+        pipe.sadd(keys.phone_index(), f"{key}|{phone}")
+        pipe.hincrbyfloat(keys.phone(key, phone), "work_s", seconds)
+        pipe.hset(keys.phone(key, phone), "worker", worker)
+        pipe.execute()
+
+    def phone_stats(self) -> list[PhoneStat]:
+        members = sorted(self.r.smembers(keys.phone_index()))
+        pipe = self.r.pipeline()
+        for m in members:
+            pipe.hgetall(keys.phone(*m.split("|", 1)))
+        return [_stat(m, raw) for m, raw in zip(members, pipe.execute(), strict=True)]
+
+    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
+        return [PhoneSpan.loads(raw) for raw in self.r.lrange(keys.job_phone_spans(job_id), 0, -1)]
+
+
+def _stat(member: str, raw: dict[str, str]) -> PhoneStat:
+    key, phone = member.split("|", 1)
+    return PhoneStat(phone=phone, key=key, worker=raw.get("worker", ""),
+                     busy_s=float(raw.get("busy_s", 0)), work_s=float(raw.get("work_s", 0)),
+                     measurements=int(raw.get("measurements", 0)),
+                     device_lost=int(raw.get("device_lost", 0)),
+                     last_at=float(raw.get("last_at", 0)))
+
+
+class MemoryPhoneLedger(PhoneLedger):
+    """The ledger in memory (mixed into MemoryStore), with the Redis one's semantics."""
+
+    def __init__(self) -> None:
+        self._phone_lock = threading.Lock()
+        self._phones: dict[str, dict[str, str]] = {}
+        self._spans: dict[str, list[str]] = {}
+
+    def _add(self, key: str, phone: str, **fields: float | str) -> None:
+        row = self._phones.setdefault(f"{key}|{phone}", {})
+        for name, value in fields.items():
+            if isinstance(value, str):
+                row[name] = value
+            else:
+                row[name] = json.dumps(float(row.get(name, 0)) + value)
+
+    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
+        with self._phone_lock:
+            for sp in spans:
+                self._add(sp.key, sp.phone, busy_s=sp.seconds, measurements=1,
+                          device_lost=1 if sp.outcome == "device_lost" else 0,
+                          worker=sp.worker, last_at=repr(sp.end))
+                spans_of = self._spans.setdefault(sp.job_id, [])
+                spans_of.append(sp.dumps())
+                del spans_of[:-SPANS_KEPT]
+
+    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
+        with self._phone_lock:
+            self._add(key, phone, work_s=seconds, worker=worker)
+
+    def phone_stats(self) -> list[PhoneStat]:
+        with self._phone_lock:
+            rows = {m: dict(raw) for m, raw in self._phones.items()}
+        out = []
+        for m, raw in sorted(rows.items()):
+            for name in ("measurements", "device_lost"):
+                raw[name] = str(int(float(raw.get(name, 0))))
+            out.append(_stat(m, raw))
+        return out
+
+    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
+        with self._phone_lock:
+            return [PhoneSpan.loads(raw) for raw in self._spans.get(job_id, [])]

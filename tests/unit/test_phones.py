@@ -1,0 +1,72 @@
+"""Which phone measured what: the runner's session log (workers/phonelog.py) read back as
+spans, and a job's per-phone table (farm/store/phones.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from farm.store.phones import PhoneSpan, job_phones, tuning_wall
+from workers.phonelog import PhoneLog
+
+
+def write(path, *entries):
+    with open(path, "a") as f:
+        for e in entries:
+            f.write(json.dumps(e) + "\n")
+
+
+def test_spans_join_the_log_to_the_batch_and_a_missing_end_is_device_lost(tmp_path):
+    path = tmp_path / "phones.jsonl"
+    log = PhoneLog(str(path), deadline_s=6.0)
+    now = time.time()
+    write(path, {"artifact": "/a/1.tar", "phone": "127.0.0.1:9001", "start": now - 3},
+          {"artifact": "/a/2.tar", "phone": "127.0.0.1:9002", "start": now - 2},
+          {"artifact": "/a/1.tar", "end": now - 1},
+          {"artifact": "/a/3.tar", "phone": "127.0.0.1:9001", "start": now - 20})  # killed
+    got = log.spans(["/a/1.tar", None, "/a/2.tar", "/a/3.tar"],
+                    ["ok", "build", "runtime", "device_lost"], key="k", worker="w", job_id="j",
+                    workload_key="wk", task="t", batch="r#1")
+    assert [(s.phone, s.outcome) for s in got] == [
+        ("127.0.0.1:9001", "ok"), ("127.0.0.1:9002", "device_lost"),
+        ("127.0.0.1:9001", "device_lost")]
+    assert got[0].seconds == pytest.approx(2.0)
+    assert got[2].seconds == pytest.approx(6.0)  # ends at the runner's deadline
+    assert got[1].end == pytest.approx(time.time(), abs=1.0)  # no end yet: up to now
+    assert path.stat().st_size == 0  # read: the file starts again for the next batch
+    write(path, {"artifact": "/b/1.tar", "phone": "127.0.0.1:9002", "start": now},
+          {"artifact": "/b/1.tar", "end": now + 0.5})
+    again = log.spans(["/b/1.tar"], ["ok"], key="k", worker="w", job_id="j",
+                      workload_key="wk", task="t", batch="r#2")
+    assert [(s.phone, s.seconds) for s in again] == [("127.0.0.1:9002", pytest.approx(0.5))]
+
+
+def test_a_half_written_line_is_read_with_the_next_batch(tmp_path):
+    path = tmp_path / "phones.jsonl"
+    log = PhoneLog(str(path), deadline_s=6.0)
+    with open(path, "w") as f:
+        f.write('{"artifact": "/a/1.tar", "phone": "p:1", "start": 1.0}\n{"artifact": "/a/1.t')
+    assert log.spans(["/a/1.tar"], ["ok"], key="k", worker="w", job_id="j", workload_key="wk",
+                     task="t", batch="b")[0].outcome == "device_lost"
+
+
+def sp(phone, start, end, outcome="ok"):
+    return PhoneSpan(phone=phone, key="k", worker="w1", job_id="j", workload_key="wk", task="t",
+                     batch="b", start=start, end=end, outcome=outcome)
+
+
+def test_a_job_lists_every_registered_phone_and_one_that_measured_nothing_has_zero_busy():
+    spans = [sp("p:1", 10.0, 14.0), sp("p:1", 14.0, 15.0, "device_lost"), sp("p:2", 12.0, 13.0)]
+    wall = tuning_wall(spans, started_at=5.0)
+    assert wall == 10.0
+    rows = {r["phone"]: r for r in job_phones(spans, {"p:1": "w1", "p:3": "w2"}, wall)}
+    assert set(rows) == {"p:1", "p:2", "p:3"}
+    assert rows["p:1"]["busy_s"] == 5.0 and rows["p:1"]["utilization"] == 0.5
+    assert rows["p:1"]["measurements"] == 2 and rows["p:1"]["device_lost"] == 1
+    assert rows["p:1"]["mean_ms"] == 2500.0 and rows["p:1"]["idle_s"] == 5.0
+    assert rows["p:3"] == {"phone": "p:3", "worker": "w2", "busy_s": 0.0, "measurements": 0,
+                           "device_lost": 0, "idle_s": 10.0, "utilization": 0.0,
+                           "mean_ms": None}
+    assert tuning_wall([], started_at=5.0, until=9.0) == 4.0  # running, nothing measured yet
