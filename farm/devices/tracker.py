@@ -44,9 +44,18 @@ def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> A
 
 def request_session(addr: str, key: str, timeout_s: float, priority: int = 1) -> tuple[Any, str]:
     """(an RPC session on a phone of `key`, that phone's address "host:port") from the tracker
-    at `addr`: TVM's own request (TrackerSession.request), which does not say which phone it
-    gave; the farm accounts every phone's time by this address (farm/store/phones.py)."""
-    from tvm.rpc import base, client
+    at `addr`. TVM's own request (TrackerSession.request) does not say which phone it gave;
+    the farm accounts every phone's time by this address (farm/store/phones.py)."""
+    from tvm.rpc import client
+
+    url, port, matchkey = grant(addr, key, priority)
+    return client.connect(url, port, matchkey, int(timeout_s)), phone_address(url, port)
+
+
+def grant(addr: str, key: str, priority: int = 1) -> tuple[str, int, str]:
+    """Ask the tracker at `addr` for a free phone of `key` (waits for one): its (host, port,
+    match key), which a session then connects to (tvm.rpc.client.connect)."""
+    from tvm.rpc import base
 
     host, port = parse_addr(addr)
     last: Exception | None = None
@@ -63,8 +72,7 @@ def request_session(addr: str, key: str, timeout_s: float, priority: int = 1) ->
                 raise ServiceError(f"the tracker refused a session: {value}",
                                    subject=f"tracker {addr}, key {key}")
             url, phone_port, matchkey = value[1]
-            return (client.connect(url, phone_port, matchkey, int(timeout_s)),
-                    phone_address(url, phone_port))
+            return str(url), int(phone_port), str(matchkey)
         except OSError as e:
             last = e
         finally:

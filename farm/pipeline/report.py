@@ -132,6 +132,20 @@ def compare(summary: dict[str, Any], other: dict[str, Any]) -> str:
 {''.join(rows)}</table>"""
 
 
+def phones_section(summary: dict[str, Any], store: RecordStore) -> str:
+    """Each phone's part: the table, and the timeline of its batches (idle gaps are white)."""
+    phones = summary.get("phones")
+    if not phones:
+        return ""
+    from farm.pipeline.timeline import phone_table, svg_timeline
+
+    spans = store.job_phone_spans(summary["job_id"])
+    return (f"<h2>Phones: busy {100 * summary['phone_utilization']:.0f} % of the tuning wall "
+            f"({summary['tuning_wall_s']:.0f} s)</h2>{phone_table(phones)}"
+            f"<p>One row per phone, a bar per batch, coloured by task:</p>"
+            f"{svg_timeline(spans, phones, summary['tuning_wall_s'])}")
+
+
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -184,6 +198,7 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 <th>best us</th><th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
 <th>tuning curve (best latency vs trials)</th></tr>
 {''.join(rows)}</table>
+{phones_section(summary, store)}
 <h2>Failures by class</h2><p>{html.escape(json.dumps(failures)) if failures else 'none'}</p>
 <h2>Default schedules</h2>
 <p>{len(summary['schedules']['from_log'])} function(s) took their schedule from the log.</p>

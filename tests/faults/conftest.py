@@ -151,6 +151,12 @@ def healthy(farm1: Farm) -> Iterator[Farm]:
     farm1.heal()
 
 
+def phone_addr(phone: services.Service) -> str:
+    """The address a phone registered at its tracker (its identity in the store)."""
+    args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
+    return f"127.0.0.1:{args[args.index('--port') + 1]}"
+
+
 def submit_args(farm: Farm, model: Path, out: Path, trials: int) -> list[str]:
     return ["submit", str(model), "--trials-per-task", str(trials), "--out", str(out),
             "--tracker", farm.tracker, "--timeout", "900", "--wait-for-devices", "120"]

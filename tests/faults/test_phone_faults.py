@@ -12,13 +12,21 @@ import pytest
 
 from farm.devices.tracker import wait_for_phones
 from farm.local import services
-from tests.faults.conftest import check_store, run_through_fault, submit, tiny_model, wait_until
+from tests.faults.conftest import (
+    check_store,
+    phone_addr,
+    run_through_fault,
+    submit,
+    tiny_model,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def test_a_frozen_phone_is_device_lost_not_a_failed_kernel(healthy, tmp_path):
     model = tiny_model(tmp_path / "tiny.pt2", width=40)
+    frozen = phone_addr(healthy.phones[0][0])
     healthy.phones[0][0].signal(signal.SIGSTOP)  # frozen: registered, never answers
     t0 = time.monotonic()
     out = tmp_path / "out"
@@ -27,6 +35,12 @@ def test_a_frozen_phone_is_device_lost_not_a_failed_kernel(healthy, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["measurements"]["device_lost"] >= 1, summary["measurements"]
     assert sum(t["device_lost"] for t in summary["tasks"]) >= 1, summary["tasks"]
+    phones = {p["phone"]: p for p in summary["phones"]}  # the frozen one, named
+    assert phones[frozen]["device_lost"] >= 1, phones
+    other = [p for a, p in phones.items() if a != frozen]
+    assert other and all(p["device_lost"] == 0 and p["measurements"] > 0 for p in other), phones
+    assert healthy.store().phone_stats() and any(
+        s.phone == frozen and s.device_lost >= 1 for s in healthy.store().phone_stats())
     print(f"\njob with a frozen phone: {time.monotonic() - t0:.0f} s, "
           f"measurements {summary['measurements']}")
     check_store(healthy, summary)

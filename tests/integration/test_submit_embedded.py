@@ -75,6 +75,29 @@ def test_submit_tunes_compiles_and_checks(first_run):
     assert "speed-up" in proc.stdout
 
 
+def test_every_phone_measurement_is_on_a_named_phone(first_run):
+    """summary.json's phones: both emulated phones, each measurement on one of them, busy
+    seconds within the tuning wall; the store keeps the same per phone."""
+    home, out, proc, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    phones = summary["phones"]
+    assert len(phones) == 2 and all(p["phone"].startswith("127.0.0.1:") for p in phones), phones
+    # every run the store counted was on one of them (no phone was lost in this job)
+    assert sum(p["measurements"] for p in phones) == summary["measurements"]["measurements"]
+    wall = summary["tuning_wall_s"]
+    for p in phones:
+        assert p["measurements"] > 0 and 0 < p["busy_s"] <= wall, p  # pulled by both phones
+        assert p["utilization"] == pytest.approx(p["busy_s"] / wall, abs=0.01)
+        assert p["mean_ms"] == pytest.approx(1000 * p["busy_s"] / p["measurements"], rel=0.01)
+    assert 0 < summary["phone_utilization"] <= 1
+    listed = run_farm(["devices", "--json"], home, timeout_s=120)
+    assert listed.returncode == 0, listed.stderr
+    stats = {p["phone"]: p for p in json.loads(listed.stdout)["phones"]}
+    for p in phones:  # totals since the farm began: at least this job's
+        assert stats[p["phone"]]["measurements"] >= p["measurements"], stats
+
+
 def test_report_is_self_contained(first_run):
     import re
     from html.parser import HTMLParser
@@ -98,7 +121,8 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     assert proc.returncode == 0
     summary = json.loads((out / "summary.json").read_text())
     png = tmp_path / "report.png"
-    screenshot(out / "report.html", png, width=1200, height=200 + 170 * len(summary["tasks"]))
+    screenshot(out / "report.html", png, width=1200,
+               height=700 + 170 * len(summary["tasks"]) + 60 * len(summary["phones"]))
     pixels = png_pixels(png)
 
     def near(rgb, p, tol=40):
@@ -109,6 +133,11 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     tuned = sum(1 for t in summary["tasks"] if t["best_us"] is not None)
     assert curve >= 100 * min(tuned, 3), curve  # the plots were drawn, not just the text
     assert bars >= 500, bars
+    from farm.pipeline.timeline import PALETTE
+
+    task_colours = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE}
+    timeline = sum(1 for p in pixels if p in task_colours)  # the phones' batches, by task
+    assert timeline >= 14 * 4 * len(summary["phones"]), timeline
 
 
 def test_status_from_another_terminal_while_the_job_runs(first_run):

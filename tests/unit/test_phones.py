@@ -22,33 +22,38 @@ def test_spans_join_the_log_to_the_batch_and_a_missing_end_is_device_lost(tmp_pa
     path = tmp_path / "phones.jsonl"
     log = PhoneLog(str(path), deadline_s=6.0)
     now = time.time()
-    write(path, {"artifact": "/a/1.tar", "phone": "127.0.0.1:9001", "start": now - 3},
-          {"artifact": "/a/2.tar", "phone": "127.0.0.1:9002", "start": now - 2},
-          {"artifact": "/a/1.tar", "end": now - 1},
-          {"artifact": "/a/3.tar", "phone": "127.0.0.1:9001", "start": now - 20})  # killed
+    write(path, {"sid": "1-1", "phone": "127.0.0.1:9001", "start": now - 3},
+          {"sid": "2-1", "phone": "127.0.0.1:9002", "start": now - 2},
+          {"sid": "1-1", "artifact": "/a/1.tar"}, {"sid": "2-1", "artifact": "/a/2.tar"},
+          {"sid": "1-1", "end": now - 1},
+          {"sid": "3-1", "phone": "127.0.0.1:9001", "start": now - 20},  # killed: frozen
+          {"sid": "4-1", "phone": "127.0.0.1:9003", "start": now - 4},  # refused to connect
+          {"sid": "4-1", "end": now - 3.5})
     got = log.spans(["/a/1.tar", None, "/a/2.tar", "/a/3.tar"],
                     ["ok", "build", "runtime", "device_lost"], key="k", worker="w", job_id="j",
                     workload_key="wk", task="t", batch="r#1")
     assert [(s.phone, s.outcome) for s in got] == [
-        ("127.0.0.1:9001", "ok"), ("127.0.0.1:9002", "device_lost"),
-        ("127.0.0.1:9001", "device_lost")]
-    assert got[0].seconds == pytest.approx(2.0)
-    assert got[2].seconds == pytest.approx(6.0)  # ends at the runner's deadline
-    assert got[1].end == pytest.approx(time.time(), abs=1.0)  # no end yet: up to now
+        ("127.0.0.1:9001", "device_lost"), ("127.0.0.1:9003", "device_lost"),
+        ("127.0.0.1:9001", "ok"), ("127.0.0.1:9002", "device_lost")]
+    assert got[0].seconds == pytest.approx(6.0)  # ends at the runner's deadline
+    assert got[1].seconds == pytest.approx(0.5)
+    assert got[2].seconds == pytest.approx(2.0)
+    assert got[3].end == pytest.approx(time.time(), abs=1.0)  # no end yet: up to now
     assert path.stat().st_size == 0  # read: the file starts again for the next batch
-    write(path, {"artifact": "/b/1.tar", "phone": "127.0.0.1:9002", "start": now},
-          {"artifact": "/b/1.tar", "end": now + 0.5})
-    again = log.spans(["/b/1.tar"], ["ok"], key="k", worker="w", job_id="j",
+    write(path, {"sid": "1-2", "phone": "127.0.0.1:9002", "start": now},
+          {"sid": "1-2", "artifact": "/b/1.tar"}, {"sid": "1-2", "end": now + 0.5})
+    again = log.spans(["/b/1.tar"], ["runtime"], key="k", worker="w", job_id="j",
                       workload_key="wk", task="t", batch="r#2")
-    assert [(s.phone, s.seconds) for s in again] == [("127.0.0.1:9002", pytest.approx(0.5))]
+    assert [(s.phone, s.seconds, s.outcome) for s in again] == [
+        ("127.0.0.1:9002", pytest.approx(0.5), "runtime")]
 
 
-def test_a_half_written_line_is_read_with_the_next_batch(tmp_path):
+def test_a_half_written_line_is_not_read(tmp_path):
     path = tmp_path / "phones.jsonl"
     log = PhoneLog(str(path), deadline_s=6.0)
     with open(path, "w") as f:
-        f.write('{"artifact": "/a/1.tar", "phone": "p:1", "start": 1.0}\n{"artifact": "/a/1.t')
-    assert log.spans(["/a/1.tar"], ["ok"], key="k", worker="w", job_id="j", workload_key="wk",
+        f.write('{"sid": "1-1", "phone": "p:1", "start": 1.0}\n{"sid": "1-1", "end')
+    assert log.spans([], [], key="k", worker="w", job_id="j", workload_key="wk",
                      task="t", batch="b")[0].outcome == "device_lost"
 
 
