@@ -103,7 +103,7 @@ class StoreCallback(PyMeasureCallback):
                            outcomes, job_id=self.job_id, workload_key=self.workload_key,
                            worker=self.host, **fields)
         try:
-            self.store.note_phone_spans(spans)
+            log_.commit(self.store, spans)
         except Exception as e:
             self.counters.store_error = e
             raise

@@ -80,10 +80,13 @@ class WorkerContext:
     def runner(self, profile: DeviceProfile, phones: int) -> Any:
         slot = (profile.key, max(1, phones))
         if slot not in self._runners:
+            from workers.phonelog import LostPolicy
             from workers.runner import BoundedRPCRunner
 
-            self._runners[slot] = BoundedRPCRunner(self.tracker, profile, max_workers=slot[1],
-                                                   run_timeout_s=self.config.run_timeout_s)
+            c = self.config
+            self._runners[slot] = BoundedRPCRunner(
+                self.tracker, profile, max_workers=slot[1], run_timeout_s=c.run_timeout_s,
+                policy=LostPolicy(c.phone_lost_limit, c.phone_lost_window_s, c.phone_aside_s))
         return self._runners[slot]
 
     def warm(self) -> None:
@@ -244,8 +247,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.search import StoreAwareSearch, evolutionary
 
     profile = ctx.profile(req.device_key)
-    phones = _start(ctx, store, req, prior)
-    check_cpu(profile, task.target, ctx.host)
+    phones = _start(ctx, store, req, prior, profile, task.target)
     mod = load_mod(task)
     intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
     target = tvm.target.Target(task.target)
@@ -267,6 +269,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
                              ctx.host, counters, on_progress, runner, span_fields=spans)
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
+    best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
              "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
              trials, req.target_trials - missing, learned, ", cold: first batch at random"
@@ -294,8 +297,11 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
                    ranked_by)
 
 
-def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState) -> int:
-    """Wait for a phone of the key (bounded), then say the round is tuning; the phones."""
+def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState,
+           profile: DeviceProfile, target: dict[str, Any]) -> int:
+    """Refuse a target this host's phones cannot run; wait for a phone of the key (bounded),
+    then say the round is tuning; the phones."""
+    check_cpu(profile, target, ctx.host)
     phones = wait_for_phone(ctx, store, req, prior)
     # this very round already started once (its worker died, or the store went away): a retry
     again = prior.state == "tuning" and prior.rounds == req.round_index + 1

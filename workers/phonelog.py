@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from farm.devices import tracker as tracker_mod
 from farm.devices.tracker import grant, phone_address
 from farm.store.phones import PhoneSpan
 
+log = logging.getLogger(__name__)
 _SESSION: dict[str, Any] = {"n": 0}  # in a pool process: the measurement in flight
+ENDS_DIR = os.path.join(tempfile.gettempdir(), "farm-phone-ends")  # phone -> its last end
 
 
 def _write(path: str, entry: dict[str, Any]) -> None:
@@ -30,18 +36,55 @@ def _write(path: str, entry: dict[str, Any]) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
-def create_session(log_path: str, tracker: str, rpc_config: Any) -> Any:
-    """f_create_session: a session on a phone of the key. The phone is noted as soon as the
-    tracker grants it, before connecting: a frozen phone hangs the connection, and the pool
-    kills this process at its deadline."""
+def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: Any) -> Any:
+    """f_create_session: a session on a phone of the key that is not set aside. The phone is
+    noted as soon as the tracker grants it, before connecting: a frozen phone hangs the
+    connection, and the pool kills this process at its deadline. A phone set aside is not
+    connected to (the tracker hands it out again once it re-registers, ~6 s later); a phone
+    that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
+    it), and the wait does not count as busy."""
     from tvm.rpc import client
 
-    url, port, matchkey = grant(tracker, rpc_config.tracker_key, rpc_config.session_priority)
+    aside = _aside(log_path)
+    give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone
+    while True:
+        url, port, matchkey = grant(tracker, rpc_config.tracker_key, rpc_config.session_priority)
+        phone = phone_address(url, port)
+        if aside.get(phone, 0.0) <= time.time() or time.monotonic() > give_up:
+            break
     _SESSION["n"] += 1
-    _SESSION["sid"] = f"{os.getpid()}-{_SESSION['n']}"
-    _write(log_path, {"sid": _SESSION["sid"], "phone": phone_address(url, port),
-                      "start": time.time()})
-    return client.connect(url, port, matchkey, int(rpc_config.session_timeout_sec))
+    _SESSION["sid"] = sid = f"{os.getpid()}-{_SESSION['n']}"
+    _SESSION["phone"] = phone
+    _write(log_path, {"sid": sid, "phone": phone, "start": time.time()})
+    session = client.connect(url, port, matchkey, int(rpc_config.session_timeout_sec))
+    if cooldown_s > 0:
+        wait = cooldown_s - (time.time() - _last_end(phone))
+        if wait > 0:
+            time.sleep(wait)
+            _write(log_path, {"sid": sid, "cooled": wait})
+    return session
+
+
+def _aside(log_path: str) -> dict[str, float]:
+    """The phones set aside now (written by the round: `PhoneLog.refresh`), -> until when."""
+    try:
+        with open(log_path + ".aside", encoding="utf-8") as f:
+            return {str(k): float(v) for k, v in json.load(f).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _ends_path(phone: str) -> str:
+    return os.path.join(ENDS_DIR, phone.replace("/", "_"))
+
+
+def _last_end(phone: str) -> float:
+    """When the phone's last session on this host ended (0: none known)."""
+    try:
+        with open(_ends_path(phone), encoding="utf-8") as f:
+            return float(f.read() or 0)
+    except (OSError, ValueError):
+        return 0.0
 
 
 def upload_module(log_path: str, session: Any, local_path: str, remote_path: str) -> Any:
@@ -59,17 +102,70 @@ def cleanup(log_path: str, session: Any, remote_path: str | None) -> None:
     try:
         default_cleanup(session, remote_path)
     finally:
-        sid = _SESSION.pop("sid", None)
+        sid, phone = _SESSION.pop("sid", None), _SESSION.pop("phone", "")
         if sid is not None:
-            _write(log_path, {"sid": sid, "end": time.time()})
+            now = time.time()
+            _write(log_path, {"sid": sid, "end": now})
+            with contextlib.suppress(OSError):  # for the phone's cool-down, any process here
+                os.makedirs(ENDS_DIR, exist_ok=True)
+                tmp = f"{_ends_path(phone)}.{os.getpid()}"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(repr(now))
+                os.replace(tmp, _ends_path(phone))
+
+
+@dataclass(frozen=True)
+class LostPolicy:
+    """A phone lost `limit` times within `window_s` is set aside for `aside_s`."""
+
+    limit: int = 3
+    window_s: float = 600.0
+    aside_s: float = 300.0
 
 
 class PhoneLog:
-    """The round side of the hooks: reads what the pool processes wrote, batch by batch."""
+    """The round side of the hooks: reads what the pool processes wrote, batch by batch, and
+    tells them which phones are set aside."""
 
-    def __init__(self, path: str, deadline_s: float) -> None:
+    def __init__(self, path: str, deadline_s: float, tracker: str = "", key: str = "",
+                 policy: LostPolicy | None = None) -> None:
         self.path = path
         self.deadline_s = deadline_s  # the runner's pool timeout: a span never lasts longer
+        self.tracker = tracker
+        self.key = key
+        self.policy = policy or LostPolicy()
+
+    def commit(self, store: Any, spans: list[PhoneSpan]) -> None:
+        """Store a batch's spans; a phone lost too often is set aside (and said so)."""
+        store.note_phone_spans(spans)
+        for sp in spans:
+            if sp.outcome != "device_lost":
+                continue
+            p = self.policy
+            until = store.phone_lost(sp.key, sp.phone, sp.end, p.window_s, p.limit, p.aside_s)
+            if until:
+                log.warning("phone %s (key %s) was lost %d times within %.0f s: set aside for "
+                            "%.0f s", sp.phone, sp.key, p.limit, p.window_s, p.aside_s)
+        self.refresh(store)
+
+    def refresh(self, store: Any) -> dict[str, float]:
+        """Write the phones of the key set aside now, for the next sessions. When every phone
+        of the key on the tracker is set aside, none is: measuring on a flaky phone beats
+        measuring on none."""
+        now = time.time()
+        aside = {s.phone: s.aside_until for s in store.phone_stats()
+                 if s.key == self.key and s.aside_until > now}
+        if aside and self.tracker:
+            info = tracker_mod.phones(self.tracker).get(self.key)
+            if info is not None and set(info.phones) <= set(aside):
+                log.warning("every phone of key %s is set aside: measuring on them anyway",
+                            self.key)
+                aside = {}
+        tmp = f"{self.path}.aside.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(aside, f)
+        os.replace(tmp, self.path + ".aside")
+        return aside
 
     def _read(self) -> dict[str, dict[str, Any]]:
         """Session id -> what its lines say (phone, start, artifact, end)."""
@@ -98,7 +194,7 @@ class PhoneLog:
         for seen in self._read().values():
             if "phone" not in seen:
                 continue
-            start = float(seen["start"])
+            start = float(seen["start"]) + float(seen.get("cooled", 0.0))
             ended = "end" in seen
             end = float(seen["end"]) if ended else min(time.time(), start + self.deadline_s)
             what = outcome_of.get(seen.get("artifact", ""), "device_lost")

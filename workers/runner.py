@@ -31,13 +31,13 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from farm.core.profiles import DeviceProfile
 from farm.devices.tracker import parse_addr
 from workers import phonelog
-from workers.phonelog import PhoneLog
+from workers.phonelog import LostPolicy, PhoneLog
 
 
 @derived_object
 class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
     def __init__(self, tracker: str, profile: DeviceProfile, max_workers: int,
-                 run_timeout_s: float) -> None:
+                 run_timeout_s: float, policy: LostPolicy | None = None) -> None:
         host, port = parse_addr(tracker)
         super().__init__(
             rpc_config=RPCConfig(tracker_host=host, tracker_port=port, tracker_key=profile.key,
@@ -53,8 +53,11 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)
-        self.phone_log = PhoneLog(path, deadline_s=run_timeout_s)  # which phone measured what
-        self.f_create_session = functools.partial(phonelog.create_session, path, tracker)
+        atexit.register(_remove, path + ".aside")
+        self.phone_log = PhoneLog(path, deadline_s=run_timeout_s, tracker=tracker,
+                                  key=profile.key, policy=policy)  # which phone measured what
+        self.f_create_session = functools.partial(phonelog.create_session, path, tracker,
+                                                  profile.cooldown_s)
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
         self.reference: str | None = None

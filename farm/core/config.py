@@ -35,6 +35,10 @@ class FarmConfig:
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
     device_wait_s: float = 300.0  # how long a round waits for a phone of its key
+    # a phone lost this many times within the window is set aside (not measured on) this long
+    phone_lost_limit: int = 3
+    phone_lost_window_s: float = 600.0
+    phone_aside_s: float = 300.0
     # the broker's visibility timeout: a last resort only. A lost round comes back through the
     # supervisor (workers/supervisor.py) within a host TTL, whatever this is.
     round_timeout_s: float = 1800.0
@@ -89,7 +93,7 @@ class FarmConfig:
                               hint=_fix(where, name))
 
         for name in ("phones", "round_trials", "builder_workers", "builder_max_uses",
-                     "host_ttl_s", "search_population"):
+                     "host_ttl_s", "search_population", "phone_lost_limit"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
@@ -99,13 +103,15 @@ class FarmConfig:
         if self.search_cores < 0:
             raise bad("search_cores", "must be >= 0 (0: automatic)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
-                     "round_timeout_s", "supervisor_interval_s"):
+                     "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
+                     "phone_aside_s"):
             if not math.isfinite(getattr(self, name)):
                 raise bad(name, "must be a finite number of seconds")
-        if self.phone_delay_s < 0:
-            raise bad("phone_delay_s", "must be >= 0")
+        for name in ("phone_delay_s", "phone_aside_s"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
         for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
-                     "supervisor_interval_s"):
+                     "supervisor_interval_s", "phone_lost_window_s"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
         for name in ("broker_url", "redis_url"):
@@ -175,6 +181,9 @@ _ENV = {
     "build_timeout_s": "FARM_BUILD_TIMEOUT_S",
     "run_timeout_s": "FARM_RUN_TIMEOUT_S",
     "device_wait_s": "FARM_DEVICE_WAIT_S",
+    "phone_lost_limit": "FARM_PHONE_LOST_LIMIT",
+    "phone_lost_window_s": "FARM_PHONE_LOST_WINDOW_S",
+    "phone_aside_s": "FARM_PHONE_ASIDE_S",
     "round_timeout_s": "FARM_ROUND_TIMEOUT_S",
     "supervisor_interval_s": "FARM_SUPERVISOR_INTERVAL_S",
     "host_ttl_s": "FARM_HOST_TTL_S",

@@ -165,6 +165,11 @@ def phone(device_key: str, addr: str) -> str:
     return key_for("phone", device_key, addr)
 
 
+def phone_losses(device_key: str, addr: str) -> str:
+    """Sorted set: the times a phone was lost (device lost), within the config's window."""
+    return key_for("phone", device_key, addr, "lost")
+
+
 def phone_index() -> str:
     """Set: "<device key>|<address>" of every phone the farm has seen."""
     return key_for("phones")

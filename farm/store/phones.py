@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,7 @@ class PhoneStat(_Message):
     measurements: int = 0
     device_lost: int = 0
     last_at: float = 0.0  # the end of its last measurement (0: never measured)
+    aside_until: float = 0.0  # set aside (lost too often) until then; 0: never was
 
     @property
     def idle_s(self) -> float:
@@ -117,7 +119,9 @@ def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[dict[str, A
              "busy_s": round(s.busy_s, 2), "idle_s": round(s.idle_s, 2),
              "work_s": round(s.work_s, 2), "device_lost": s.device_lost,
              "mean_ms": None if s.mean_ms is None else round(s.mean_ms, 1),
-             "last_at": s.last_at or None} for s in stats]
+             "last_at": s.last_at or None,
+             "aside_until": s.aside_until if s.aside_until > time.time() else None}
+            for s in stats]
 
 
 def format_phones(rows: list[dict[str, Any]]) -> str:
@@ -127,10 +131,14 @@ def format_phones(rows: list[dict[str, Any]]) -> str:
              f"{'busy':>8} {'idle':>8} {'mean':>9} {'lost':>5}"]
     for r in rows:
         mean = f"{r['mean_ms']:.0f} ms" if r["mean_ms"] is not None else "-"
-        lines.append(f"{r['phone']:24} {r['key']:16} {r['worker']:22} "
-                     f"{'registered' if r['registered'] else 'gone':10} {r['measurements']:6} "
+        state = "registered" if r["registered"] else "gone"
+        if r["aside_until"]:
+            state = "set aside until " + time.strftime("%H:%M:%S", time.localtime(r["aside_until"]))
+        lines.append(f"{r['phone']:24} {r['key']:16} {r['worker']:22} {state:10} "
+                     f"{r['measurements']:6} "
                      f"{r['busy_s']:7.0f}s {r['idle_s']:7.0f}s {mean:>9} {r['device_lost']:5}")
-    lines.append("(busy: a measurement in flight; idle: its key had work and it measured nothing)")
+    lines.append("(busy: a measurement in flight; idle: its key had work and it measured nothing; "
+                 "set aside: lost too often, not measured on until then)")
     return "\n".join(lines)
 
 
@@ -142,6 +150,13 @@ class PhoneLedger(ABC):
     @abstractmethod
     def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
         """`seconds` more during which the phone's key had work (the heartbeat's count)."""
+
+    @abstractmethod
+    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
+                   aside_s: float) -> float:
+        """Note that the phone was lost at `at`; when that makes `limit` losses within
+        `window_s`, set it aside until `at + aside_s` (and forget those losses). Returns the
+        time it is set aside until (0: it is not)."""
 
     @abstractmethod
     def phone_stats(self) -> list[PhoneStat]:
@@ -182,6 +197,24 @@ class RedisPhoneLedger(PhoneLedger):
         pipe.hset(keys.phone(key, phone), "worker", worker)
         pipe.execute()
 
+    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
+                   aside_s: float) -> float:
+        losses = keys.phone_losses(key, phone)
+        pipe = self.r.pipeline()
+        pipe.zadd(losses, {repr(at): at})
+        pipe.zremrangebyscore(losses, "-inf", at - window_s)
+        pipe.zcard(losses)
+        pipe.expire(losses, max(1, round(window_s)))
+        if pipe.execute()[2] < limit:
+            return 0.0
+        until = at + aside_s
+        pipe = self.r.pipeline()
+        pipe.sadd(keys.phone_index(), f"{key}|{phone}")
+        pipe.hset(keys.phone(key, phone), "aside_until", repr(until))
+        pipe.delete(losses)
+        pipe.execute()
+        return until
+
     def phone_stats(self) -> list[PhoneStat]:
         members = sorted(self.r.smembers(keys.phone_index()))
         pipe = self.r.pipeline()
@@ -199,7 +232,8 @@ def _stat(member: str, raw: dict[str, str]) -> PhoneStat:
                      busy_s=float(raw.get("busy_s", 0)), work_s=float(raw.get("work_s", 0)),
                      measurements=int(raw.get("measurements", 0)),
                      device_lost=int(raw.get("device_lost", 0)),
-                     last_at=float(raw.get("last_at", 0)))
+                     last_at=float(raw.get("last_at", 0)),
+                     aside_until=float(raw.get("aside_until", 0)))
 
 
 class MemoryPhoneLedger(PhoneLedger):
@@ -209,6 +243,7 @@ class MemoryPhoneLedger(PhoneLedger):
         self._phone_lock = threading.Lock()
         self._phones: dict[str, dict[str, str]] = {}
         self._spans: dict[str, list[str]] = {}
+        self._losses: dict[str, list[float]] = {}
 
     def _add(self, key: str, phone: str, **fields: float | str) -> None:
         row = self._phones.setdefault(f"{key}|{phone}", {})
@@ -231,6 +266,18 @@ class MemoryPhoneLedger(PhoneLedger):
     def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
         with self._phone_lock:
             self._add(key, phone, work_s=seconds, worker=worker)
+
+    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
+                   aside_s: float) -> float:
+        with self._phone_lock:
+            losses = [t for t in self._losses.get(f"{key}|{phone}", []) if t > at - window_s]
+            losses.append(at)
+            self._losses[f"{key}|{phone}"] = losses
+            if len(losses) < limit:
+                return 0.0
+            self._losses.pop(f"{key}|{phone}")
+            self._add(key, phone, aside_until=repr(at + aside_s))
+            return at + aside_s
 
     def phone_stats(self) -> list[PhoneStat]:
         with self._phone_lock:

@@ -75,3 +75,17 @@ def test_a_job_lists_every_registered_phone_and_one_that_measured_nothing_has_ze
                            "device_lost": 0, "idle_s": 10.0, "utilization": 0.0,
                            "mean_ms": None}
     assert tuning_wall([], started_at=5.0, until=9.0) == 4.0  # running, nothing measured yet
+
+
+def test_farm_devices_shows_a_phone_set_aside_and_one_that_rejoined():
+    from farm.store.phones import PhoneStat, format_phones, phone_rows
+
+    now = time.time()
+    rows = phone_rows([PhoneStat(phone="p:1", key="k", worker="w", busy_s=3.0, work_s=10.0,
+                                 measurements=6, device_lost=3, aside_until=now + 120),
+                       PhoneStat(phone="p:2", key="k", worker="w", aside_until=now - 1)],
+                      registered={"p:1", "p:2"})
+    assert rows[0]["aside_until"] == now + 120 and rows[1]["aside_until"] is None
+    assert (rows[0]["idle_s"], rows[0]["mean_ms"]) == (7.0, 500.0)
+    text = format_phones(rows).splitlines()
+    assert "set aside until" in text[1] and "registered" in text[2]

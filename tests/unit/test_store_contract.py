@@ -363,3 +363,14 @@ def test_phone_spans_add_to_their_phone_and_their_job(store):
         ("10.0.0.1:9000", 102.0, "device_lost")]
     assert [s.end for s in store.job_phone_spans("j2")] == [110.5]
     assert store.job_phone_spans("nope") == []
+
+
+def test_a_phone_lost_too_often_within_the_window_is_set_aside(store):
+    args = dict(window_s=60.0, limit=3, aside_s=300.0)
+    assert store.phone_lost("k", "p:1", at=1000.0, **args) == 0.0
+    assert store.phone_lost("k", "p:1", at=1070.0, **args) == 0.0  # 1000 is out of the window
+    assert store.phone_lost("k", "p:1", at=1080.0, **args) == 0.0
+    assert store.phone_lost("k", "p:2", at=1085.0, **args) == 0.0  # another phone's own count
+    assert store.phone_lost("k", "p:1", at=1090.0, **args) == 1390.0  # 1070, 1080, 1090
+    assert {s.phone: s.aside_until for s in store.phone_stats()} == {"p:1": 1390.0}
+    assert store.phone_lost("k", "p:1", at=1095.0, **args) == 0.0  # counting starts again

@@ -1,0 +1,107 @@
+"""The runner's phone hooks on a real tracker with real phones: every session names its phone;
+a phone lost too often is set aside and the sessions go to the others, until it comes back;
+when every phone is set aside, they are used; a phone's cool-down between measurements is
+honoured and not counted as busy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm.devices.tracker import phones as tracker_phones
+from farm.devices.tracker import wait_for_phones
+from farm.local import services
+from farm.store import open_store
+from farm.store.phones import PhoneSpan
+from workers import phonelog
+from workers.phonelog import LostPolicy, PhoneLog
+
+pytestmark = pytest.mark.integration
+KEY = "flaky"
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("phones")
+    group = services.ServiceGroup()
+    try:
+        svc, addr = services.start_tracker(logs)
+        group.add(svc)
+        for i in range(2):
+            group.add(services.start_phone(addr, KEY, i, logs))
+        wait_for_phones(addr, KEY, 2, 60)
+        yield addr
+    finally:
+        group.stop()
+
+
+def sessions(tracker: str, path: Path, n: int, cooldown_s: float = 0.0) -> list[str]:
+    """n measurement sessions one after another, as the runner's pool makes them."""
+    from tvm.s_tir.meta_schedule.runner import RPCConfig
+
+    host, port = tracker.split(":")
+    cfg = RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=KEY,
+                    session_priority=1, session_timeout_sec=30)
+    got = []
+    for _ in range(n):
+        session = phonelog.create_session(str(path), tracker, cooldown_s, cfg)
+        got.append(phonelog._SESSION["phone"])
+        session.cpu(0)  # the phone answers
+        phonelog.cleanup(str(path), session, None)
+        del session  # the session ends (the runner's pool function returns)
+    return got
+
+
+def lost(phone: str, at: float) -> PhoneSpan:
+    return PhoneSpan(phone=phone, key=KEY, worker="w", job_id="j", workload_key="wk",
+                     task="t", batch="b", start=at - 1, end=at, outcome="device_lost")
+
+
+def test_a_phone_lost_too_often_is_set_aside_then_rejoins(tracker, tmp_path):
+    store = open_store("memory://")
+    path = tmp_path / "phones.jsonl"
+    log = PhoneLog(str(path), deadline_s=10, tracker=tracker, key=KEY,
+                   policy=LostPolicy(limit=2, window_s=60, aside_s=4))
+    flaky, good = tracker_phones(tracker)[KEY].phones
+    log.commit(store, [lost(flaky, time.time())])
+    assert log.refresh(store) == {}  # once is not too often
+    log.commit(store, [lost(flaky, time.time())])
+    aside = log.refresh(store)
+    assert set(aside) == {flaky}
+    used = sessions(tracker, path, 4)
+    assert used == [good] * 4, used  # pulled by the phone that is not set aside
+    spans = log.spans([], [], key=KEY, worker="w", job_id="j", workload_key="wk", task="t",
+                      batch="b")
+    assert [s.phone for s in spans] == [good] * 4 and all(s.seconds > 0 for s in spans)
+    time.sleep(max(0.0, aside[flaky] - time.time()))
+    assert log.refresh(store) == {}
+    deadline = time.monotonic() + 60  # the skipped phone re-registers at the tracker (~6 s)
+    while flaky not in (seen := sessions(tracker, path, 2)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert flaky in seen  # back in service
+
+
+def test_when_every_phone_is_set_aside_they_are_used(tracker, tmp_path):
+    store = open_store("memory://")
+    log = PhoneLog(str(tmp_path / "phones.jsonl"), deadline_s=10, tracker=tracker, key=KEY,
+                   policy=LostPolicy(limit=1, window_s=60, aside_s=600))
+    log.commit(store, [lost(p, time.time()) for p in tracker_phones(tracker)[KEY].phones])
+    assert all(s.aside_until > time.time() for s in store.phone_stats())
+    assert log.refresh(store) == {}
+
+
+def test_a_phone_cools_down_between_measurements_and_cooling_is_not_busy(tracker, tmp_path):
+    path = tmp_path / "phones.jsonl"
+    log = PhoneLog(str(path), deadline_s=30, tracker=tracker, key=KEY)
+    used = sessions(tracker, path, 4, cooldown_s=1.5)
+    spans = log.spans([], [], key=KEY, worker="w", job_id="j", workload_key="wk", task="t",
+                      batch="b")
+    per_phone = {p: sorted((s for s in spans if s.phone == p), key=lambda s: s.start)
+                 for p in set(used)}
+    for mine in per_phone.values():
+        for a, b in zip(mine, mine[1:], strict=False):
+            assert b.start - a.end >= 1.4, (a, b)  # the phone rested between its sessions
+    assert len(spans) == 4 and all(s.seconds < 1.0 for s in spans), spans  # resting is not busy
