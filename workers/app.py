@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 _PROCESS: dict[str, Any] = {}
 
 
-def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
+def build_app(config: FarmConfig, tracker: str, node: str, gated: bool = False) -> Any:
+    """The worker's Celery app; `gated`: its rounds take slots of the host's gate (how many
+    run at once follows the measured speeds, workers/gate.py)."""
     app = make_app(config)
+    _PROCESS["gated"] = gated
     _PROCESS["config"] = config
     _PROCESS["tracker"] = tracker
     _PROCESS["node"] = node
@@ -43,8 +46,7 @@ def build_app(config: FarmConfig, tracker: str, node: str) -> Any:
 def _warm_process(**_: Any) -> None:
     if "config" not in _PROCESS:
         return
-    ctx = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"],
-                        host=_PROCESS["node"])
+    ctx = _new_context()
     _PROCESS["ctx"] = ctx
     _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
     try:
@@ -53,10 +55,19 @@ def _warm_process(**_: Any) -> None:
         log.warning("worker %s: warm-up failed: %s", ctx.host, e)
 
 
+def _new_context() -> WorkerContext:
+    config = _PROCESS["config"]
+    ctx = WorkerContext(config=config, tracker=_PROCESS["tracker"], host=_PROCESS["node"])
+    if _PROCESS.get("gated"):
+        from workers.gate import Gate
+
+        ctx.gate = Gate(_PROCESS["node"], pool=config.worker_concurrency)
+    return ctx
+
+
 def _context() -> tuple[WorkerContext, RecordStore]:
     if "ctx" not in _PROCESS:  # solo pool or a missed signal
-        _PROCESS["ctx"] = WorkerContext(config=_PROCESS["config"], tracker=_PROCESS["tracker"],
-                                        host=_PROCESS["node"])
+        _PROCESS["ctx"] = _new_context()
         _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
     return _PROCESS["ctx"], _PROCESS["store"]
 

@@ -31,6 +31,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         raise ServiceError("the tracker has no phones registered, so this host has no device key "
                            "to serve", subject=f"tracker {tracker}",
                            hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
+    gated = config.worker_concurrency == 0
     config = _concurrency(config, found, keys)
     from workers.app import build_app
     from workers.heartbeat import Heartbeat
@@ -43,7 +44,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         preload()
         log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
     name = hostname or f"farm@{socket.gethostname()}"
-    app = build_app(config, tracker, name)
+    app = build_app(config, tracker, name, gated=gated)
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
     beat = Heartbeat(app, store, name, tracker, queues,
@@ -74,15 +75,15 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
 
 
 def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:
-    """Rounds at once, when not set: 2 when the phones are devices of their own (one round
-    searches and builds while the other's batch is on the phones), 1 when they are emulated
-    on this host (measurements must not share its cores)."""
+    """The worker's pool, when not set: room for a round per phone plus one (at most
+    gate.MAX_POOL); how many of them run at once is decided round by round from the
+    measured speeds of the phones and of this host (workers/gate.py)."""
     if config.worker_concurrency != 0:
         return config
-    known = any(found[k].hosts for k in keys if k in found)  # none yet: assume emulated
-    own = known and not tracker_mod.phones_on_this_host(found, keys)
-    why = ("its phones are devices of their own" if own else
-           "its phones run on this host (emulated): measurements keep its cores" if known
-           else "no phone registered yet: assuming emulated phones")
-    log.info("worker: %s, so %d round(s) at once", why, 2 if own else 1)
-    return replace(config, worker_concurrency=2 if own else 1)
+    from workers.gate import pool_size
+
+    phones = sum(found[k].total for k in keys if k in found)
+    size = pool_size(phones)
+    log.info("worker: %d phones, a pool of %d round processes; rounds at once follow the "
+             "measured speeds of the phones and the host", phones, size)
+    return replace(config, worker_concurrency=size)

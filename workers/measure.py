@@ -54,6 +54,17 @@ class WorkerContext:
     host: str = field(default_factory=socket.gethostname)
     _builders: dict[str, Any] = field(default_factory=dict)
     _runners: dict[tuple[str, int], Any] = field(default_factory=dict)
+    gate: Any = None  # workers/gate.py's Gate: rounds at once follow the measured speeds
+    rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
+
+    @property
+    def search_threads(self) -> int:
+        """The search's threads: the host's cores shared by the rounds running at once."""
+        if self.gate is None or self.config.search_cores > 0:
+            return self.config.search_threads
+        import os
+
+        return max(1, (os.cpu_count() or 1) // max(1, self.rounds_at_once))
 
     def profile(self, key: str) -> DeviceProfile:
         return resolve_profile(key, self.config.profiles)
@@ -223,16 +234,51 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
                            round_index=req.round_index, host=ctx.host, measured=0, valid=0,
                            wall_s=time.monotonic() - t0, skipped=True)
+    with _slot(ctx, store, req):
+        return _leased(ctx, store, req, task, prior, trials, missing, on_progress, t0)
+
+
+def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
+    """A slot of the host's gate (workers/gate.py): how many rounds run at once follows the
+    phones' and the host's measured speed. No gate (a fixed --concurrency): no wait."""
+    import contextlib
+
+    if ctx.gate is None:
+        return contextlib.nullcontext()
+    from workers.gate import phone_speed, rounds_at_once
+
+    def open_slots() -> int:
+        info = tracker_mod.phones(ctx.tracker).get(req.device_key)
+        registered = info.phones if info is not None else ()
+        n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
+                                len(registered), ctx.gate.host_s(),
+                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool)
+        if n != ctx.rounds_at_once:
+            log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
+            ctx.rounds_at_once = n
+        return n
+
+    return ctx.gate.slot(open_slots)
+
+
+def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
+            prior: TaskState, trials: int, missing: int, on_progress: Any,
+            t0: float) -> RoundResult:
     holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None and store.job_status(holder).get("state") in ENDED:
         store.release_lease(req.workload_key, holder)  # its job is over: the lease is stale
         holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None:
         raise LeaseBusy(holder)
+    started = time.monotonic()
     try:
-        return _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
+        result = _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
+    if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
+        ctx.gate.note_host_s(time.monotonic() - started - result.measure_s,
+                             -(-result.requested // BATCH))
+    return result
 
 
 def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
@@ -255,7 +301,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     if single:
         trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
-    threads = ctx.config.search_threads
+    threads = ctx.search_threads
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, database.workload, target, threads)  # ranked_by "": the first batch
     search = StoreAwareSearch(store, req.workload_key, database.workload, target,

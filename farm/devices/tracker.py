@@ -131,14 +131,6 @@ def this_host_addresses() -> set[str]:
     return out
 
 
-def phones_on_this_host(found: dict[str, KeyInfo], keys: list[str]) -> bool:
-    """Do phones of `keys` run on this machine (emulated: they share its cores)? A phone on
-    loopback or on one of this host's addresses does."""
-    mine = this_host_addresses()
-    return any(h in mine or h.startswith("127.") or h == "::1"
-               for k in keys for h in found.get(k, KeyInfo(0, 0, 0)).hosts)
-
-
 def wait_for_phones(addr: str, key: str, count: int, timeout_s: float) -> dict[str, KeyInfo]:
     """Block until `count` phones of `key` are registered at the tracker, or raise."""
     deadline = time.monotonic() + timeout_s

@@ -1,7 +1,9 @@
-"""Rounds overlap on a host whose phones are devices of their own: one round searches and
-builds while another's batch is on the phones. Real Redis, tracker, slow phones (they add a
-fixed delay to every measurement, like a real phone's upload and run) and one worker that
-runs 2 rounds at once, as `farm worker` chooses for phones that are not on its host."""
+"""Rounds overlap on a host whose phones are slower than it: one round searches and builds
+while another's batch is on the phones. Real Redis, tracker, slow phones (they add a fixed
+delay to every measurement, like a real phone's upload and run) and one worker with the
+automatic gate (workers/gate.py): its first round runs alone (nothing is measured yet and
+the phones are emulated on its CPU); once the phones' and the host's speeds are measured,
+the phones are the slower, and rounds run at once."""
 
 from __future__ import annotations
 
@@ -41,8 +43,7 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
         for i in range(2):
             group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=1.0))
         wait_for_phones(tracker, "cpu-local", 2, 60)
-        worker = group.add(services.start_worker(tracker, clean_redis, tmp_path,
-                                                 extra=["--concurrency", "2"]))
+        worker = group.add(services.start_worker(tracker, clean_redis, tmp_path))
         out = tmp_path / "out"
         proc = run_farm(["submit", str(example_models / "resnet.pt2"), "--trials-per-task", "4",
                          "--out", str(out), "--tracker", tracker, "--timeout", "900",
@@ -50,13 +51,18 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
                         tmp_path, env={"FARM_BROKER_URL": clean_redis})
         assert proc.returncode == 0, proc.stderr[-3000:] + worker.log_tail()
         summary = json.loads((out / "summary.json").read_text())
-        spans = round_spans((tmp_path / "worker.log").read_text())
+        log = (tmp_path / "worker.log").read_text()
+        spans = round_spans(log)
     finally:
         group.stop()
     assert len(spans) == len(summary["tasks"]) >= 3, spans
     ordered = sorted(spans.values())
     overlaps = sum(1 for (_, end), (start, _) in zip(ordered, ordered[1:], strict=False) if start < end)
     assert overlaps >= 1, spans  # a round started while the one before was still running
+    decided = re.findall(r"(\d) round\(s\) at once: (.*)", log)
+    assert decided[0][0] == "1" and any(int(n) >= 2 and "phones measure a batch" in why
+                                        for n, why in decided), decided
+    assert 0 < summary["phone_utilization"] <= 1
     store = open_store(clean_redis)
     for task in summary["tasks"]:  # and nothing was measured twice or lost
         recs = store.records(task["workload_key"])

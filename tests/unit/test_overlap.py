@@ -1,23 +1,53 @@
-"""Which phones share the worker host's cores (then rounds must not overlap their measurements)."""
+"""How many rounds a worker host runs at once (workers/gate.py): from the measured speeds of
+its phones and of itself, one at a time where fast phones share its CPU."""
 
 from __future__ import annotations
 
 import socket
 
 from farm.core.config import load_config
-from farm.devices.tracker import KeyInfo, phones_on_this_host, this_host_addresses
+from farm.devices.tracker import this_host_addresses
+from workers.gate import Gate, pool_size, rounds_at_once
 
 
-def test_phones_on_loopback_or_this_hosts_addresses_share_its_cores():
-    mine = sorted(a for a in this_host_addresses() if not a.startswith("127."))
-    found = {"emu": KeyInfo(2, 2, 0, hosts=("127.0.0.1",)),
-             "lan": KeyInfo(1, 1, 0, hosts=(mine[0],)),
-             "phones": KeyInfo(3, 3, 0, hosts=("192.0.2.10", "192.0.2.11")),  # TEST-NET-1
-             "mixed": KeyInfo(2, 2, 0, hosts=("192.0.2.10", "127.0.0.1"))}
-    assert phones_on_this_host(found, ["emu"])
-    assert phones_on_this_host(found, ["lan"])
-    assert not phones_on_this_host(found, ["phones"])
-    assert phones_on_this_host(found, ["phones", "mixed"])
+def test_slow_phones_get_enough_rounds_to_stay_busy_fast_emulated_ones_one():
+    # 4 phones at 1 s a measurement: a batch of 16 takes them 4 s; the host builds one in 2 s
+    assert rounds_at_once(1.0, 4, 2.0, host_cpu=True, pool=5)[0] == 3
+    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=5)[0] == 3
+    assert rounds_at_once(1.0, 8, 0.5, host_cpu=False, pool=5)[0] == 5  # at most the pool
+    # emulated phones faster than the host: one at a time, clean measurements
+    n, why = rounds_at_once(0.05, 2, 3.0, host_cpu=True, pool=3)
+    assert n == 1 and "clean" in why
+    assert rounds_at_once(0.05, 2, 3.0, host_cpu=False, pool=3)[0] == 2  # own devices: overlap
+    assert rounds_at_once(None, 2, None, host_cpu=True, pool=3)[0] == 1  # nothing measured yet
+    assert rounds_at_once(None, 2, None, host_cpu=False, pool=3)[0] == 2
+    assert [pool_size(n) for n in (0, 1, 2, 4, 8)] == [2, 2, 3, 5, 6]
+
+
+def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path,
+                                                                           monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    gate = Gate("farm@test", pool=3)
+    assert gate.host_s() is None
+    gate.note_host_s(12.0, 4)
+    gate.note_host_s(6.0, 3)
+    assert abs(gate.host_s() - (0.7 * 3.0 + 0.3 * 2.0)) < 1e-9
+    other = Gate("farm@test", pool=3)  # another pool process of the same worker
+    with gate.slot(lambda: 2) as a, other.slot(lambda: 2) as b:
+        assert {a, b} == {0, 1}
+        asked = []
+
+        def decide() -> int:  # the third waits until the gate opens a third slot
+            asked.append(1)
+            return 2 if len(asked) < 3 else 3
+
+        with other.slot(decide, every_s=0.01) as c:
+            assert c == 2 and len(asked) == 3
+
+
+def test_this_hosts_addresses_include_its_name():
     assert socket.gethostname() in this_host_addresses()
 
 

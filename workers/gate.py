@@ -1,0 +1,120 @@
+"""How many rounds a worker host runs at once, decided round by round from what limits it.
+
+A round alternates between host work (search and build, on the host's cores) and phone
+work (its batch measured on the phones). One round at a time leaves the phones idle during
+the host work; several rounds at once keep them busy, the host searching and building one
+round's next batch while the phones measure another's. What limits the host:
+
+- *phone time per batch* = BATCH x the key's mean measurement time / its phones (measured:
+  the phones' busy seconds in the store);
+- *host time per batch* = search + build of one batch on this host (measured: the rounds it
+  ran, kept in the gate's directory).
+
+Rounds at once = 1 + ceil(phone time / host time), at most the worker's pool size: enough
+rounds in flight that while one is on the host, the others keep every phone busy. One
+exception keeps measurement clean: phones that run on this host's CPU (a `host_cpu`
+profile: emulated phones) and measure faster than the host builds share its cores with the
+search, and gain little from overlap, so their rounds run one at a time. Before anything
+is measured: two at once, or one for such phones.
+
+The Celery pool of the worker is sized for the most rounds it may run (`pool_size`); each
+round takes a slot of the gate (a file lock per slot, released by the kernel if its process
+dies) and only the first `rounds_at_once` slots are open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+BATCH = 16  # candidates per batch (workers/measure.py's BATCH)
+MAX_POOL = 6
+
+
+def pool_size(phones: int) -> int:
+    """The worker's Celery concurrency when automatic: up to one round per phone, plus one."""
+    return max(2, min(MAX_POOL, phones + 1))
+
+
+def gate_dir(node: str) -> str:
+    return os.path.join(tempfile.gettempdir(), "farm-gate-" + node.replace("/", "_"))
+
+
+def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
+                   pool: int) -> tuple[int, str]:
+    """(rounds at once, why) from the mean measurement time (s) of the key's phones, their
+    number, this host's mean host time per batch (s), and whether the phones share its CPU."""
+    if phone_s is None or host_s is None or host_s <= 0:
+        return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
+            min(2, pool), "not measured yet")
+    per_batch = BATCH * phone_s / max(1, phones)
+    if host_cpu and per_batch < host_s:
+        return 1, (f"phones on this host's CPU measure a batch in {per_batch:.1f} s, faster "
+                   f"than it builds one ({host_s:.1f} s): one at a time, clean measurement")
+    n = max(1, min(pool, 1 + math.ceil(per_batch / host_s)))
+    return n, f"phones measure a batch in {per_batch:.1f} s, the host builds one in {host_s:.1f} s"
+
+
+class Gate:
+    """The worker's open round slots, shared by its pool processes through files."""
+
+    def __init__(self, node: str, pool: int) -> None:
+        self.dir = gate_dir(node)
+        self.pool = pool
+        os.makedirs(self.dir, exist_ok=True)
+
+    @contextlib.contextmanager
+    def slot(self, open_slots: Callable[[], int], every_s: float = 1.0) -> Iterator[int]:
+        """Hold one of the first `open_slots()` slots while the round runs; waits for one,
+        asking `open_slots()` again every `every_s` (the speeds change as rounds end)."""
+        while True:
+            for i in range(max(1, min(open_slots(), self.pool))):
+                f = open(os.path.join(self.dir, f"slot-{i}"), "a")  # noqa: SIM115 - held below
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    f.close()
+                    continue
+                try:
+                    yield i
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                    f.close()
+                return
+            time.sleep(every_s)
+
+    def host_s(self) -> float | None:
+        """This host's mean host time per batch (None: no round measured yet)."""
+        try:
+            with open(os.path.join(self.dir, "host.json"), encoding="utf-8") as f:
+                return float(json.load(f)["host_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def note_host_s(self, seconds: float, batches: int) -> None:
+        """Add a round's host time (its wall minus its measuring) over its batches: a moving
+        mean, so the host's speed follows its load and the workloads' size."""
+        if batches <= 0 or seconds <= 0:
+            return
+        now = seconds / batches
+        old = self.host_s()
+        mean = now if old is None else 0.7 * old + 0.3 * now
+        tmp = os.path.join(self.dir, f"host.json.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"host_s": mean}, f)
+        os.replace(tmp, os.path.join(self.dir, "host.json"))
+
+
+def phone_speed(store: Any, key: str, on_tracker: tuple[str, ...]) -> float | None:
+    """The mean measurement time (s) of the key's phones on this host's tracker (None: none
+    of them has measured yet)."""
+    mine = [s for s in store.phone_stats() if s.key == key and s.phone in on_tracker]
+    n = sum(s.measurements for s in mine)
+    return sum(s.busy_s for s in mine) / n if n else None
