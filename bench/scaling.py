@@ -1,0 +1,186 @@
+"""Scaling: more phones and more worker hosts make jobs faster; every phone stays busy.
+
+    python bench/scaling.py [--phones 1,2,4,8] [--delay-s 1.0] [--trials 16] [--layers 12]
+                            [--out bench]
+
+Every configuration is a lab farm of its own on loopback (a fresh Redis, per host a tracker,
+its emulated phones and a `farm worker` with the automatic gate), waited for until its workers
+are warm, then one `farm submit` of the same model (a stack of `--layers` dense layers of
+different widths: one tuning task each), `--trials` trials per task, one round per task.
+Phones are slow emulated phones (farm/devices/phone.py): each measurement session sleeps
+`--delay-s`, like a real phone's upload and run, and uses almost no host CPU.
+
+Configurations, one after another (never two at once):
+- 1, 2, 4, 8 phones on one host;
+- 1 host with 2 phones vs 2 hosts with 2 phones each (each host its own tracker and worker);
+- a mix on one host: 2 phones at `--delay-s` and 2 at a quarter of it.
+
+Per configuration: job trials/min over the tuning phase (first round sent -> last task done,
+summary.json's tuning_s), phone utilization (summary.json: busy / tuning wall, mean over the
+phones), job efficiency = rate(n) / (n x rate(1)). Writes <out>/scaling.json and scaling.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KEY = "cpu-local"
+
+
+def make_model(path: Path, layers: int) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    widths = [48 + 8 * i for i in range(layers + 1)]  # every layer a workload of its own
+    parts: list[torch.nn.Module] = []
+    for a, b in zip(widths, widths[1:], strict=False):
+        parts += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    net = torch.nn.Sequential(*parts).eval()
+    torch.export.save(torch.export.export(net, (torch.randn(4, widths[0]),)), path)
+    return path
+
+
+def wait_warm(worker_log: Path, processes: int, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = worker_log.read_text(errors="replace") if worker_log.exists() else ""
+        if text.count(": warm in ") >= processes:
+            return
+        time.sleep(1)
+    raise SystemExit(f"workers not warm within {timeout_s:.0f} s: {worker_log}")
+
+
+def run_config(name: str, hosts: list[list[float]], model: Path, trials: int,
+               work: Path) -> dict[str, Any]:
+    """One lab farm (hosts: each a list of its phones' delays), one job; its numbers."""
+    from farm.devices.tracker import wait_for_phones
+    from farm.local import services
+    from workers.gate import pool_size
+
+    root = work / name
+    delay_of: dict[str, float] = {}
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    group = services.ServiceGroup()
+    try:
+        redis_svc, url = services.start_redis(root / "redis", logs)
+        group.add(redis_svc)
+        trackers = []
+        for h, delays in enumerate(hosts):
+            tsvc, tracker = services.start_tracker(logs)
+            group.add(tsvc)
+            trackers.append(tracker)
+            for i, d in enumerate(delays):
+                phone = group.add(services.start_phone(tracker, KEY, 10 * h + i, logs,
+                                                       delay_s=d))
+                args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
+                delay_of[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
+            wait_for_phones(tracker, KEY, len(delays), 60)
+            group.add(services.start_worker(tracker, url, logs, name=f"worker{h}",
+                                            extra=["--hostname", f"farm@host{h}"]))
+        for h, delays in enumerate(hosts):
+            wait_warm(logs / f"worker{h}.log", pool_size(len(delays)))
+        out = root / "out"
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "farm", "submit", str(model), "--trials-per-task", str(trials),
+             "--round-trials", str(trials), "--out", str(out), "--tracker", trackers[0],
+             "--timeout", "3600", "--wait-for-devices", "120"],
+            capture_output=True, text=True,
+            env={**os.environ, "FARM_HOME": str(root / "home"), "FARM_BROKER_URL": url})
+        wall = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"{name}: farm submit failed:\n{proc.stderr[-3000:]}")
+    finally:
+        group.stop()
+    s = json.loads((out / "summary.json").read_text())
+    trials_done = sum(t["trials_measured"] for t in s["tasks"])
+    return {"config": name, "hosts": len(hosts), "phones": sum(len(d) for d in hosts),
+            "tasks": len(s["tasks"]), "trials": trials_done,
+            "tuning_s": round(s["tuning_s"], 1), "wall_s": round(wall, 1),
+            "job_trials_per_min": round(trials_done / s["tuning_s"] * 60, 1),
+            "phone_utilization": s["phone_utilization"],
+            "per_phone": [{"phone": p["phone"], "worker": p["worker"],
+                           "delay_s": delay_of.get(p["phone"]),
+                           "measurements": p["measurements"],
+                           "utilization": p["utilization"], "mean_ms": p["mean_ms"]}
+                          for p in s["phones"]]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--phones", default="1,2,4,8")
+    p.add_argument("--delay-s", type=float, default=1.0)
+    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--out", default=str(ROOT / "bench"))
+    p.add_argument("--skip", default="", help="sections to skip: phones,hosts,mix")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    d = args.delay_s
+    with tempfile.TemporaryDirectory(prefix="farm-scaling-") as tmp:
+        work = Path(tmp)
+        model = make_model(work / "stack.pt2", args.layers)
+        rows: list[dict[str, Any]] = []
+        configs: list[tuple[str, str, list[list[float]]]] = []
+        if "phones" not in args.skip:
+            configs += [("phones", f"{n} phones", [[d] * n])
+                        for n in map(int, args.phones.split(","))]
+        if "hosts" not in args.skip:
+            configs += [("hosts", "1 host x 2 phones", [[d, d]]),
+                        ("hosts", "2 hosts x 2 phones", [[d, d], [d, d]])]
+        if "mix" not in args.skip:
+            configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
+        for section, name, hosts in configs:
+            row = {"section": section, **run_config(name.replace(" ", "-"), hosts, model,
+                                                    args.trials, work)}
+            row["config"] = name
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)
+    base = {sec: next((r for r in rows if r["section"] == sec), None) for sec in ("phones",
+                                                                              "hosts")}
+    for r in rows:
+        b = base.get(r["section"])
+        if b is not None:
+            unit = b["job_trials_per_min"] / b["phones"]
+            r["job_efficiency"] = round(r["job_trials_per_min"] / (r["phones"] * unit), 3)
+            r["speedup"] = round(r["job_trials_per_min"] / b["job_trials_per_min"], 2)
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or
+            platform.machine(), "cores": os.cpu_count(), "delay_s": d, "trials_per_task":
+            args.trials, "layers": args.layers}
+    (out / "scaling.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    lines = [f"# Scaling ({meta['date']}, {meta['cores']} cores, phones sleeping {d} s a "
+             f"measurement, {args.layers} tasks x {args.trials} trials)", "", __doc__.split(
+                 "\n\n", 1)[1].strip(), "",
+             "| section | config | phones | trials | tuning s | job trials/min | speed-up | "
+             "job efficiency | phone utilization |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['section']} | {r['config']} | {r['phones']} | {r['trials']} | "
+                     f"{r['tuning_s']} | {r['job_trials_per_min']} | {r.get('speedup', '-')} | "
+                     f"{r.get('job_efficiency', '-')} | {r['phone_utilization']} |")
+    for r in rows:
+        if r["section"] == "mix":
+            lines += ["", f"Mix ({r['config']}): measurements per phone", ""]
+            lines += [f"- {p['phone']} (sleeps {p['delay_s']} s): {p['measurements']} "
+                      f"measurements, mean {p['mean_ms']} "
+                      f"ms, utilization {p['utilization']}" for p in r["per_phone"]]
+    (out / "scaling.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
