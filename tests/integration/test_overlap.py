@@ -1,9 +1,10 @@
 """Rounds overlap on a host whose phones are slower than it: one round searches and builds
-while another's batch is on the phones. Real Redis, tracker, slow phones (they add a fixed
-delay to every measurement, like a real phone's upload and run) and one worker with the
-automatic gate (workers/gate.py): its first round runs alone (nothing is measured yet and
-the phones are emulated on its CPU); once the phones' and the host's speeds are measured,
-the phones are the slower, and rounds run at once."""
+while another's batch is on the phones; and a fast phone measures more than a slow one (each
+session takes a free phone). Real Redis, tracker, two slow phones (they add a fixed delay to
+every measurement, like a real phone's upload and run: 1 s and 0.25 s) and one worker with
+the automatic gate (workers/gate.py): its first round runs alone (nothing is measured yet
+and the phones are emulated on its CPU); once the phones' and the host's speeds are
+measured, the phones are the slower, and rounds run at once."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
     try:
         svc, tracker = services.start_tracker(tmp_path)
         group.add(svc)
-        for i in range(2):
-            group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=1.0))
+        delay = {}  # a slow phone and a fast one: each session asks for a free phone
+        for i, d in enumerate((1.0, 0.25)):
+            phone = group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=d))
+            args = [str(a) for a in phone.popen.args]
+            delay[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
         wait_for_phones(tracker, "cpu-local", 2, 60)
         worker = group.add(services.start_worker(tracker, clean_redis, tmp_path))
         out = tmp_path / "out"
@@ -63,6 +67,9 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
     assert decided[0][0] == "1" and any(int(n) >= 2 and "phones measure a batch" in why
                                         for n, why in decided), decided
     assert 0 < summary["phone_utilization"] <= 1
+    by_delay = {delay[p["phone"]]: p for p in summary["phones"]}
+    assert by_delay[0.25]["measurements"] > by_delay[1.0]["measurements"], by_delay  # pulled
+    assert by_delay[1.0]["mean_ms"] > by_delay[0.25]["mean_ms"] + 500, by_delay
     store = open_store(clean_redis)
     for task in summary["tasks"]:  # and nothing was measured twice or lost
         recs = store.records(task["workload_key"])
