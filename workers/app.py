@@ -27,11 +27,11 @@ log = logging.getLogger(__name__)
 _PROCESS: dict[str, Any] = {}
 
 
-def build_app(config: FarmConfig, tracker: str, node: str, gated: bool = False) -> Any:
-    """The worker's Celery app; `gated`: its rounds take slots of the host's gate (how many
-    run at once follows the measured speeds, workers/gate.py)."""
+def build_app(config: FarmConfig, tracker: str, node: str, gate_dir: str | None = None) -> Any:
+    """The worker's Celery app; with `gate_dir`, its rounds take slots of the worker's gate
+    there (how many run at once follows the measured speeds, workers/gate.py)."""
     app = make_app(config)
-    _PROCESS["gated"] = gated
+    _PROCESS["gate_dir"] = gate_dir
     _PROCESS["config"] = config
     _PROCESS["tracker"] = tracker
     _PROCESS["node"] = node
@@ -49,6 +49,9 @@ def _warm_process(**_: Any) -> None:
     ctx = _new_context()
     _PROCESS["ctx"] = ctx
     _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
+    if ctx.gate is not None and not ctx.gate.first_to("warm"):
+        return  # a gated worker warms one process now; the others pay it in their first
+        # round, if the gate ever runs rounds at once (on 2 cores, warming 3 at once is slow)
     try:
         ctx.warm()
     except Exception as e:  # noqa: BLE001 - warming is an optimisation; the round will say why
@@ -58,10 +61,10 @@ def _warm_process(**_: Any) -> None:
 def _new_context() -> WorkerContext:
     config = _PROCESS["config"]
     ctx = WorkerContext(config=config, tracker=_PROCESS["tracker"], host=_PROCESS["node"])
-    if _PROCESS.get("gated"):
+    if _PROCESS.get("gate_dir"):
         from workers.gate import Gate
 
-        ctx.gate = Gate(_PROCESS["node"], pool=config.worker_concurrency)
+        ctx.gate = Gate(_PROCESS["gate_dir"], pool=config.worker_concurrency)
     return ctx
 
 

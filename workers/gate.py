@@ -8,7 +8,7 @@ round's next batch while the phones measure another's. What limits the host:
 - *phone time per batch* = BATCH x the key's mean measurement time / its phones (measured:
   the phones' busy seconds in the store);
 - *host time per batch* = search + build of one batch on this host (measured: the rounds it
-  ran, kept in the gate's directory).
+  ran since the worker started, kept in the gate's directory).
 
 Rounds at once = 1 + ceil(phone time / host time), at most the worker's pool size: enough
 rounds in flight that while one is on the host, the others keep every phone busy. One
@@ -29,7 +29,6 @@ import fcntl
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,10 +40,6 @@ MAX_POOL = 6
 def pool_size(phones: int) -> int:
     """The worker's Celery concurrency when automatic: up to one round per phone, plus one."""
     return max(2, min(MAX_POOL, phones + 1))
-
-
-def gate_dir(node: str) -> str:
-    return os.path.join(tempfile.gettempdir(), "farm-gate-" + node.replace("/", "_"))
 
 
 def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
@@ -63,10 +58,11 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
 
 
 class Gate:
-    """The worker's open round slots, shared by its pool processes through files."""
+    """The worker's open round slots, shared by its pool processes through files in `path`
+    (a directory of its own per `farm worker`, made by it and removed when it stops)."""
 
-    def __init__(self, node: str, pool: int) -> None:
-        self.dir = gate_dir(node)
+    def __init__(self, path: str, pool: int) -> None:
+        self.dir = path
         self.pool = pool
         os.makedirs(self.dir, exist_ok=True)
 
@@ -89,6 +85,15 @@ class Gate:
                     f.close()
                 return
             time.sleep(every_s)
+
+    def first_to(self, what: str) -> bool:
+        """True for the first pool process that asks (once per worker and `what`)."""
+        try:
+            os.close(os.open(os.path.join(self.dir, f"first-{what}"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
     def host_s(self) -> float | None:
         """This host's mean host time per batch (None: no round measured yet)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import socket
+import tempfile
 import time
 from dataclasses import replace
 
@@ -44,7 +46,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         preload()
         log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
     name = hostname or f"farm@{socket.gethostname()}"
-    app = build_app(config, tracker, name, gated=gated)
+    gate_dir = tempfile.mkdtemp(prefix="farm-gate-") if gated else None  # its pool's slots
+    app = build_app(config, tracker, name, gate_dir=gate_dir)
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
     beat = Heartbeat(app, store, name, tracker, queues,
@@ -71,6 +74,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         beat.stop()
         beat.join(timeout=10)
         store.close()
+        if gate_dir:
+            shutil.rmtree(gate_dir, ignore_errors=True)
     return 0
 
 

@@ -24,17 +24,13 @@ def test_slow_phones_get_enough_rounds_to_stay_busy_fast_emulated_ones_one():
     assert [pool_size(n) for n in (0, 1, 2, 4, 8)] == [2, 2, 3, 5, 6]
 
 
-def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path,
-                                                                           monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
-    gate = Gate("farm@test", pool=3)
+def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path):
+    gate = Gate(str(tmp_path / "gate"), pool=3)
     assert gate.host_s() is None
     gate.note_host_s(12.0, 4)
     gate.note_host_s(6.0, 3)
     assert abs(gate.host_s() - (0.7 * 3.0 + 0.3 * 2.0)) < 1e-9
-    other = Gate("farm@test", pool=3)  # another pool process of the same worker
+    other = Gate(str(tmp_path / "gate"), pool=3)  # another pool process of the same worker
     with gate.slot(lambda: 2) as a, other.slot(lambda: 2) as b:
         assert {a, b} == {0, 1}
         asked = []
