@@ -2,20 +2,23 @@
 
 A round alternates between host work (search and build, on the host's cores) and phone
 work (its batch measured on the phones). One round at a time leaves the phones idle during
-the host work; several rounds at once keep them busy, the host searching and building one
-round's next batch while the phones measure another's. What limits the host:
+the host work; with more rounds in flight, the host searches and builds one round's next
+batch while the phones measure another's. What limits the host:
 
-- *phone time per batch* = BATCH x the key's mean measurement time / its phones (measured:
-  the phones' busy seconds in the store);
-- *host time per batch* = search + build of one batch on this host (measured: the rounds it
-  ran since the worker started, kept in the gate's directory).
+- *phone time per batch* M = BATCH x the key's mean measurement time / its phones
+  (measured: the phones' busy seconds in the store);
+- *host time per batch* H = the CPU seconds one batch's search and build take on this host
+  (the round's process and its build processes) / its cores: the time the whole host needs
+  for a batch, whatever else ran at the same time (measured over the rounds it ran since
+  the worker started, kept in the gate's directory).
 
-Rounds at once = 1 + ceil(phone time / host time), at most the worker's pool size: enough
-rounds in flight that while one is on the host, the others keep every phone busy. One
-exception keeps measurement clean: phones that run on this host's CPU (a `host_cpu`
-profile: emulated phones) and measure faster than the host builds share its cores with the
-search, and gain little from overlap, so their rounds run one at a time. Before anything
-is measured: two at once, or one for such phones.
+A round is H then M; with n rounds in flight the phones measure n x M out of every H + M,
+so they stay busy from n = 1 + ceil(H / M): 2 where the phones are the slower (H <= M), more
+where the host is. At most the worker's pool. One exception keeps measurement clean: phones
+that run on this host's CPU (a `host_cpu` profile: emulated phones) and measure faster than
+the host builds (M < H) share its cores with the search, and the host is the bottleneck
+anyway, so their rounds run one at a time. Before anything is measured: two at once, or
+one for such phones.
 
 The Celery pool of the worker is sized for the most rounds it may run (`pool_size`); each
 round takes a slot of the gate (a file lock per slot, released by the kernel if its process
@@ -45,7 +48,8 @@ def pool_size(phones: int) -> int:
 def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
                    pool: int) -> tuple[int, str]:
     """(rounds at once, why) from the mean measurement time (s) of the key's phones, their
-    number, this host's mean host time per batch (s), and whether the phones share its CPU."""
+    number, this host's time per batch (s, all its cores), and whether the phones share
+    its CPU."""
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
@@ -53,8 +57,23 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if host_cpu and per_batch < host_s:
         return 1, (f"phones on this host's CPU measure a batch in {per_batch:.1f} s, faster "
                    f"than it builds one ({host_s:.1f} s): one at a time, clean measurement")
-    n = max(1, min(pool, 1 + math.ceil(per_batch / host_s)))
+    n = max(1, min(pool, 1 + math.ceil(host_s / max(per_batch, 1e-3))))
     return n, f"phones measure a batch in {per_batch:.1f} s, the host builds one in {host_s:.1f} s"
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and its children (the round's search threads,
+    its build and run processes)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return total
 
 
 class Gate:
@@ -103,12 +122,12 @@ class Gate:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def note_host_s(self, seconds: float, batches: int) -> None:
-        """Add a round's host time (its wall minus its measuring) over its batches: a moving
-        mean, so the host's speed follows its load and the workloads' size."""
-        if batches <= 0 or seconds <= 0:
+    def note_host_s(self, cpu_s: float, batches: int) -> None:
+        """Add a round's CPU seconds over its batches (as whole-host seconds: / cores): a
+        moving mean, so the host's speed follows the workloads' size."""
+        if batches <= 0 or cpu_s <= 0:
             return
-        now = seconds / batches
+        now = cpu_s / batches / (os.cpu_count() or 1)
         old = self.host_s()
         mean = now if old is None else 0.7 * old + 0.3 * now
         tmp = os.path.join(self.dir, f"host.json.{os.getpid()}")

@@ -270,14 +270,15 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
         holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None:
         raise LeaseBusy(holder)
-    started = time.monotonic()
+    from workers.gate import tree_cpu_s
+
+    cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
     try:
         result = _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
     if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
-        ctx.gate.note_host_s(time.monotonic() - started - result.measure_s,
-                             -(-result.requested // BATCH))
+        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH))
     return result
 
 

@@ -3,6 +3,7 @@ its phones and of itself, one at a time where fast phones share its CPU."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 from farm.core.config import load_config
@@ -10,15 +11,17 @@ from farm.devices.tracker import this_host_addresses
 from workers.gate import Gate, pool_size, rounds_at_once
 
 
-def test_slow_phones_get_enough_rounds_to_stay_busy_fast_emulated_ones_one():
+def test_two_rounds_keep_slow_phones_busy_more_when_the_host_is_the_slower():
     # 4 phones at 1 s a measurement: a batch of 16 takes them 4 s; the host builds one in 2 s
-    assert rounds_at_once(1.0, 4, 2.0, host_cpu=True, pool=5)[0] == 3
-    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=5)[0] == 3
-    assert rounds_at_once(1.0, 8, 0.5, host_cpu=False, pool=5)[0] == 5  # at most the pool
+    n, why = rounds_at_once(1.0, 4, 2.0, host_cpu=True, pool=5)
+    assert n == 2 and "measure a batch in 4.0 s" in why
+    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=5)[0] == 2
+    assert rounds_at_once(0.25, 8, 2.0, host_cpu=False, pool=6)[0] == 5  # host: 2 s, phones 0.5
+    assert rounds_at_once(0.01, 8, 2.0, host_cpu=False, pool=6)[0] == 6  # at most the pool
     # emulated phones faster than the host: one at a time, clean measurements
     n, why = rounds_at_once(0.05, 2, 3.0, host_cpu=True, pool=3)
     assert n == 1 and "clean" in why
-    assert rounds_at_once(0.05, 2, 3.0, host_cpu=False, pool=3)[0] == 2  # own devices: overlap
+    assert rounds_at_once(0.05, 2, 3.0, host_cpu=False, pool=3)[0] == 3  # own devices: overlap
     assert rounds_at_once(None, 2, None, host_cpu=True, pool=3)[0] == 1  # nothing measured yet
     assert rounds_at_once(None, 2, None, host_cpu=False, pool=3)[0] == 2
     assert [pool_size(n) for n in (0, 1, 2, 4, 8)] == [2, 2, 3, 5, 6]
@@ -27,8 +30,9 @@ def test_slow_phones_get_enough_rounds_to_stay_busy_fast_emulated_ones_one():
 def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path):
     gate = Gate(str(tmp_path / "gate"), pool=3)
     assert gate.host_s() is None
-    gate.note_host_s(12.0, 4)
-    gate.note_host_s(6.0, 3)
+    cores = os.cpu_count() or 1
+    gate.note_host_s(12.0 * cores, 4)  # CPU seconds of the whole host
+    gate.note_host_s(6.0 * cores, 3)
     assert abs(gate.host_s() - (0.7 * 3.0 + 0.3 * 2.0)) < 1e-9
     other = Gate(str(tmp_path / "gate"), pool=3)  # another pool process of the same worker
     with gate.slot(lambda: 2) as a, other.slot(lambda: 2) as b:
