@@ -1,28 +1,29 @@
-"""How many rounds a worker host runs at once, decided round by round from what limits it.
+"""How many rounds of a device key a worker host runs at once, decided from what limits it.
 
 A round alternates between host work (search and build, on the host's cores) and phone
 work (its batch measured on the phones). One round at a time leaves the phones idle during
-the host work; with more rounds in flight, the host searches and builds one round's next
-batch while the phones measure another's. What limits the host:
+the host work and the host idle while the phones measure. Measured per key:
 
 - *phone time per batch* M = BATCH x the key's mean measurement time / its phones
-  (measured: the phones' busy seconds in the store);
+  (the phones' busy seconds in the store);
 - *host time per batch* H = the CPU seconds one batch's search and build take on this host
   (the round's process and its build processes) / its cores: the time the whole host needs
-  for a batch, whatever else ran at the same time (measured over the rounds it ran since
-  the worker started, kept in the gate's directory).
+  for a batch, whatever else ran at the same time (a moving mean over the rounds it ran
+  since the worker started, kept in the gate's directory).
 
-A round is H then M; with n rounds in flight the phones measure n x M out of every H + M,
-so they stay busy from n = 1 + ceil(H / M): 2 where the phones are the slower (H <= M), more
-where the host is. At most the worker's pool. One exception keeps measurement clean: phones
-that run on this host's CPU (a `host_cpu` profile: emulated phones) and measure faster than
-the host builds (M < H) share its cores with the search, and the host is the bottleneck
-anyway, so their rounds run one at a time. Before anything is measured: two at once, or
-one for such phones.
+A round is H then M. Whichever is longer is the bottleneck, and two rounds in flight keep it
+busy all the time: while one round is on the bottleneck, the other does its shorter part and
+is ready when the bottleneck frees. More rounds add nothing but contention (bench/scaling.md,
+2026-12-02: 1 + ceil(H / M) rounds on a host-bound 2-core host with 8 phones ran 5 at once and
+was slower than 4 phones). So: 2 rounds of a key at once, except one where measurement must
+stay clean: phones that run on this host's CPU (a `host_cpu` profile: emulated phones) and
+measure faster than the host builds (M < H) share its cores with the search, and the host is
+the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
+for such phones, two otherwise.
 
-The Celery pool of the worker is sized for the most rounds it may run (`pool_size`); each
-round takes a slot of the gate (a file lock per slot, released by the kernel if its process
-dies) and only the first `rounds_at_once` slots are open.
+The Celery pool of the worker has room for two rounds per key it serves (`pool_size`); each
+round takes a slot of its key at the gate (a file lock per slot, released by the kernel if
+its process dies) and only the first `rounds_at_once` slots of the key are open.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -40,16 +40,16 @@ BATCH = 16  # candidates per batch (workers/measure.py's BATCH)
 MAX_POOL = 6
 
 
-def pool_size(phones: int) -> int:
-    """The worker's Celery concurrency when automatic: up to one round per phone, plus one."""
-    return max(2, min(MAX_POOL, phones + 1))
+def pool_size(keys: int) -> int:
+    """The worker's Celery concurrency when automatic: two rounds per key it serves."""
+    return max(2, min(MAX_POOL, 2 * keys))
 
 
 def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
                    pool: int) -> tuple[int, str]:
-    """(rounds at once, why) from the mean measurement time (s) of the key's phones, their
-    number, this host's time per batch (s, all its cores), and whether the phones share
-    its CPU."""
+    """(rounds of a key at once, why) from the mean measurement time (s) of the key's phones,
+    their number, this host's time per batch (s, all its cores), and whether the phones
+    share its CPU."""
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
@@ -57,8 +57,9 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if host_cpu and per_batch < host_s:
         return 1, (f"phones on this host's CPU measure a batch in {per_batch:.1f} s, faster "
                    f"than it builds one ({host_s:.1f} s): one at a time, clean measurement")
-    n = max(1, min(pool, 1 + math.ceil(host_s / max(per_batch, 1e-3))))
-    return n, f"phones measure a batch in {per_batch:.1f} s, the host builds one in {host_s:.1f} s"
+    slower = "the phones" if per_batch >= host_s else "the host"
+    return min(2, pool), (f"phones measure a batch in {per_batch:.1f} s, the host builds one "
+                          f"in {host_s:.1f} s: {slower} the slower, kept busy by two")
 
 
 def tree_cpu_s() -> float:
@@ -86,12 +87,14 @@ class Gate:
         os.makedirs(self.dir, exist_ok=True)
 
     @contextlib.contextmanager
-    def slot(self, open_slots: Callable[[], int], every_s: float = 1.0) -> Iterator[int]:
-        """Hold one of the first `open_slots()` slots while the round runs; waits for one,
-        asking `open_slots()` again every `every_s` (the speeds change as rounds end)."""
+    def slot(self, key: str, open_slots: Callable[[], int],
+             every_s: float = 1.0) -> Iterator[int]:
+        """Hold one of the first `open_slots()` slots of `key` while the round runs; waits for
+        one, asking `open_slots()` again every `every_s` (the speeds change as rounds end)."""
+        name = key.replace("/", "_")
         while True:
             for i in range(max(1, min(open_slots(), self.pool))):
-                f = open(os.path.join(self.dir, f"slot-{i}"), "a")  # noqa: SIM115 - held below
+                f = open(os.path.join(self.dir, f"slot-{name}-{i}"), "a")  # noqa: SIM115
                 try:
                     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:

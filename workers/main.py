@@ -80,15 +80,13 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
 
 
 def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:
-    """The worker's pool, when not set: room for a round per phone plus one (at most
-    gate.MAX_POOL); how many of them run at once is decided round by round from the
-    measured speeds of the phones and of this host (workers/gate.py)."""
+    """The worker's pool, when not set: room for two rounds per device key (workers/gate.py
+    decides per key whether one or two run at once, from the measured speeds)."""
     if config.worker_concurrency != 0:
         return config
     from workers.gate import pool_size
 
-    phones = sum(found[k].total for k in keys if k in found)
-    size = pool_size(phones)
-    log.info("worker: %d phones, a pool of %d round processes; rounds at once follow the "
-             "measured speeds of the phones and the host", phones, size)
+    size = pool_size(len(keys))
+    log.info("worker: %d device key(s), a pool of %d round processes; rounds at once follow "
+             "the measured speeds of the phones and of this host", len(keys), size)
     return replace(config, worker_concurrency=size)

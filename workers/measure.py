@@ -258,7 +258,7 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
             ctx.rounds_at_once = n
         return n
 
-    return ctx.gate.slot(open_slots)
+    return ctx.gate.slot(req.device_key, open_slots)
 
 
 def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,

@@ -11,20 +11,20 @@ from farm.devices.tracker import this_host_addresses
 from workers.gate import Gate, pool_size, rounds_at_once
 
 
-def test_two_rounds_keep_slow_phones_busy_more_when_the_host_is_the_slower():
+def test_two_rounds_keep_the_slower_side_busy_one_where_fast_phones_share_the_cpu():
     # 4 phones at 1 s a measurement: a batch of 16 takes them 4 s; the host builds one in 2 s
-    n, why = rounds_at_once(1.0, 4, 2.0, host_cpu=True, pool=5)
-    assert n == 2 and "measure a batch in 4.0 s" in why
-    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=5)[0] == 2
-    assert rounds_at_once(0.25, 8, 2.0, host_cpu=False, pool=6)[0] == 5  # host: 2 s, phones 0.5
-    assert rounds_at_once(0.01, 8, 2.0, host_cpu=False, pool=6)[0] == 6  # at most the pool
+    n, why = rounds_at_once(1.0, 4, 2.0, host_cpu=True, pool=4)
+    assert n == 2 and "measure a batch in 4.0 s" in why and "the phones the slower" in why
+    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=4)[0] == 2
+    n, why = rounds_at_once(0.1, 8, 2.0, host_cpu=False, pool=4)  # the host is the slower
+    assert n == 2 and "the host the slower" in why
+    assert rounds_at_once(1.0, 4, 2.0, host_cpu=False, pool=1)[0] == 1  # at most the pool
     # emulated phones faster than the host: one at a time, clean measurements
-    n, why = rounds_at_once(0.05, 2, 3.0, host_cpu=True, pool=3)
+    n, why = rounds_at_once(0.05, 2, 3.0, host_cpu=True, pool=4)
     assert n == 1 and "clean" in why
-    assert rounds_at_once(0.05, 2, 3.0, host_cpu=False, pool=3)[0] == 3  # own devices: overlap
-    assert rounds_at_once(None, 2, None, host_cpu=True, pool=3)[0] == 1  # nothing measured yet
-    assert rounds_at_once(None, 2, None, host_cpu=False, pool=3)[0] == 2
-    assert [pool_size(n) for n in (0, 1, 2, 4, 8)] == [2, 2, 3, 5, 6]
+    assert rounds_at_once(None, 2, None, host_cpu=True, pool=4)[0] == 1  # nothing measured yet
+    assert rounds_at_once(None, 2, None, host_cpu=False, pool=4)[0] == 2
+    assert [pool_size(k) for k in (0, 1, 2, 3, 5)] == [2, 2, 4, 6, 6]
 
 
 def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path):
@@ -35,7 +35,9 @@ def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_p
     gate.note_host_s(6.0 * cores, 3)
     assert abs(gate.host_s() - (0.7 * 3.0 + 0.3 * 2.0)) < 1e-9
     other = Gate(str(tmp_path / "gate"), pool=3)  # another pool process of the same worker
-    with gate.slot(lambda: 2) as a, other.slot(lambda: 2) as b:
+    with gate.slot("k", lambda: 2) as a, other.slot("k", lambda: 2) as b, \
+            gate.slot("other-key", lambda: 1) as own:  # each key has slots of its own
+        assert own == 0
         assert {a, b} == {0, 1}
         asked = []
 
@@ -43,7 +45,7 @@ def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_p
             asked.append(1)
             return 2 if len(asked) < 3 else 3
 
-        with other.slot(decide, every_s=0.01) as c:
+        with other.slot("k", decide, every_s=0.01) as c:
             assert c == 2 and len(asked) == 3
 
 
