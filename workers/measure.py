@@ -248,7 +248,10 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
     from workers.gate import phone_speed, rounds_at_once
 
     def open_slots() -> int:
-        info = tracker_mod.phones(ctx.tracker).get(req.device_key)
+        try:
+            info = tracker_mod.phones(ctx.tracker).get(req.device_key)
+        except ServiceError:  # the tracker is away a moment: keep the last decision
+            return max(1, ctx.rounds_at_once)
         registered = info.phones if info is not None else ()
         n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
                                 len(registered), ctx.gate.host_s(),

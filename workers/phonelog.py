@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.devices.tracker import grant, phone_address
 from farm.store.phones import PhoneSpan
@@ -156,7 +157,10 @@ class PhoneLog:
         aside = {s.phone: s.aside_until for s in store.phone_stats()
                  if s.key == self.key and s.aside_until > now}
         if aside and self.tracker:
-            info = tracker_mod.phones(self.tracker).get(self.key)
+            try:
+                info = tracker_mod.phones(self.tracker).get(self.key)
+            except ServiceError:  # the tracker is away a moment: the sessions will say so
+                info = None
             if info is not None and set(info.phones) <= set(aside):
                 log.warning("every phone of key %s is set aside: measuring on them anyway",
                             self.key)
