@@ -51,3 +51,25 @@ def example_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, str(root / "examples" / "make_models.py"),
                     str(out)], check=True, capture_output=True)
     return out
+
+
+def _strip_nameless_ms_handlers() -> None:
+    """pytest hangs nameless capture handlers on loggers; TVM's tune_tir copies the names of
+    MetaSchedule's logger's handlers into a logging config and fails on a nameless one left
+    there by an earlier test's tune_tir (the tests pass in any order: this runs before each
+    module's fixtures and before each test)."""
+    import logging
+
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in ms_log.handlers if h.get_name() is None]:
+        ms_log.removeHandler(handler)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _meta_schedule_logger_per_module() -> None:
+    _strip_nameless_ms_handlers()
+
+
+@pytest.fixture(autouse=True)
+def _meta_schedule_logger_per_test() -> None:
+    _strip_nameless_ms_handlers()
