@@ -45,16 +45,12 @@ system-deps:
 arm64-tools browser: system-deps
 
 # tests run in a shuffled order (modules, and tests within a module), with a fixed seed so that
-# a failure can be replayed: `make test TEST_SEED=N`; every test also passes alone.
-# They run in TEST_PROCS processes (pytest-xdist), a whole module per process (--dist loadfile:
-# a module's farm is started once): much of the suite waits on farms (heartbeats, phones, Redis
-# restarts), not on the CPU, so two processes on two cores take about two thirds of the time.
+# a failure can be replayed: `make test TEST_SEED=N`; every test also passes alone
 TEST_SEED ?= 20261201
-TEST_PROCS ?= 2
 
 test: venv system-deps lint
 	$(BIN)/python -m pytest -q -rfE --durations=15 --random-order-bucket=module \
-		--random-order-seed=$(TEST_SEED) -n $(TEST_PROCS) --dist loadfile
+		--random-order-seed=$(TEST_SEED)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"

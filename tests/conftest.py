@@ -45,24 +45,11 @@ def clean_redis(redis_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def example_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example models (CNN, mobile block, transformer block) as .pt2 and .pt: made once per
-    run, also when pytest-xdist runs the tests in several processes (they share the run's
-    temporary root; the first makes them under a lock, the others wait and reuse them)."""
-    import fcntl
-
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the root every worker's own temporary directory is in
-    out = base / "example-models"
+    """The example models (CNN, mobile block, transformer block) as .pt2 and .pt."""
+    out = tmp_path_factory.mktemp("models")
     root = Path(__file__).resolve().parents[1]
-    with open(base / "example-models.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "done").exists():
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            subprocess.run([sys.executable, str(root / "examples" / "make_models.py"),
-                            str(out)], check=True, capture_output=True)
-            (out / "done").touch()
+    subprocess.run([sys.executable, str(root / "examples" / "make_models.py"),
+                    str(out)], check=True, capture_output=True)
     return out
 
 
