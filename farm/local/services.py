@@ -20,6 +20,7 @@ from pathlib import Path
 
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import ServiceError, UsageError
+from farm.devices.lean import without_torch
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -192,7 +193,8 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
 def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:
     port = port or free_port(host)
     svc = start("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir)
+                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir,
+                without_torch(dict(os.environ)))
     wait_port(host, port, 60, svc)
     return svc, f"{host}:{port}"
 
@@ -210,7 +212,8 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
 
     addr = advertised_address(host, advertise, tracker)
     port = free_port(host)
-    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    env = without_torch({**os.environ, "TVM_NUM_THREADS": str(threads),
+                         "OMP_NUM_THREADS": str(threads)})
     python = [sys.executable]
     if arch == "arm64":
         from farm.devices import arm64sim
@@ -267,7 +270,8 @@ def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "work
     environment, not on its command line."""
     return start(name, [sys.executable, "-m", "farm", "worker", "--tracker", tracker,
                         *(extra or [])], log_dir,
-                 {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
+                 without_torch({**os.environ, "FARM_REDIS_URL": "", **(env or {}),
+                                "FARM_BROKER_URL": broker_url}))
 
 
 @dataclass
