@@ -12,6 +12,7 @@ from dataclasses import replace
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
+from farm.devices.lean import hide_torch
 from farm.pipeline.dispatch import queue_for
 from farm.store import open_broker, open_store
 
@@ -39,6 +40,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     from workers.heartbeat import Heartbeat
     from workers.supervisor import Supervisor
 
+    hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
         from workers.measure import preload
 

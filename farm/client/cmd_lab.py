@@ -13,11 +13,10 @@ from typing import Any
 from farm.client.common import config_of, store_of
 from farm.core.config import FarmConfig
 from farm.core.errors import UsageError
-from farm.devices.lean import hide_torch
+from farm.devices.lean import without_torch
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    hide_torch()  # nor in the build and measurement processes TVM starts for it
     from workers.main import run_worker  # the CLI is the one place that starts a worker
 
     config = config_of(args, broker_url=args.broker, redis_url=args.redis,
@@ -28,16 +27,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_tracker(args: argparse.Namespace) -> int:
-    hide_torch()
-    os.execv(sys.executable, [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", args.host,
-                              "--port", str(args.port), "--port-end", str(args.port + 1)])
+    os.execve(sys.executable, [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", args.host,
+                               "--port", str(args.port), "--port-end", str(args.port + 1)],
+              without_torch(dict(os.environ)))
     return 0  # pragma: no cover
 
 
 def cmd_phones(args: argparse.Namespace) -> int:
     from farm.local import services
 
-    hide_torch()
     log_dir = Path(args.log_dir)
     group = services.ServiceGroup()
     try:

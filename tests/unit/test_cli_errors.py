@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,9 +160,14 @@ def test_redis_unreachable_names_the_address(capsys, tmp_path, models, monkeypat
 
 def test_tracker_unreachable_names_the_address(capsys, redis_url):
     port = free_port()
+    path_before = os.environ.get("PYTHONPATH")
     code, err = farm(capsys, "worker", "--tracker", f"127.0.0.1:{port}", "--broker", redis_url)
     assert code == EXIT_CODES["service"]
     assert_one_line(err, f"127.0.0.1:{port}", "query_rpc_tracker")
+    # a refused worker leaves the caller as it was: torch is hidden only from a running
+    # worker (farm/devices/lean.py); leaking it broke every later `farm submit` of the run
+    assert os.environ.get("PYTHONPATH") == path_before
+    assert sys.modules.get("torch", "absent") is not None
 
 
 def test_embedded_farm_refuses_a_foreign_profile(capsys, tmp_path, models):
