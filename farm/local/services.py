@@ -115,12 +115,15 @@ def _die_with_parent() -> None:
 
 def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
           die_with_parent: bool = True) -> Service:
+    """Start one service. None of the farm's services reads a model, so none imports torch
+    (farm/devices/lean.py), nor do the processes they start."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
+    env = without_torch({**os.environ, **(env or {})})
     fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     try:
         popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True,
+                                 env=env, start_new_session=True,
                                  preexec_fn=_die_with_parent if die_with_parent else None)
     except OSError as e:
         raise ServiceError(f"cannot start {argv[0]}: {e}", subject=name) from e
@@ -193,8 +196,7 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
 def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:
     port = port or free_port(host)
     svc = start("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir,
-                without_torch(dict(os.environ)))
+                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir)
     wait_port(host, port, 60, svc)
     return svc, f"{host}:{port}"
 
@@ -212,8 +214,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
 
     addr = advertised_address(host, advertise, tracker)
     port = free_port(host)
-    env = without_torch({**os.environ, "TVM_NUM_THREADS": str(threads),
-                         "OMP_NUM_THREADS": str(threads)})
+    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
     if arch == "arm64":
         from farm.devices import arm64sim
@@ -270,8 +271,7 @@ def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "work
     environment, not on its command line."""
     return start(name, [sys.executable, "-m", "farm", "worker", "--tracker", tracker,
                         *(extra or [])], log_dir,
-                 without_torch({**os.environ, "FARM_REDIS_URL": "", **(env or {}),
-                                "FARM_BROKER_URL": broker_url}))
+                 {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
 
 
 @dataclass
