@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-full bench-spread bench-rss bench-warm venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-full bench-quality bench-spread bench-rss bench-warm venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,14 @@ bench-full: venv
 bench-spread: venv
 	$(BIN)/python bench/run.py --models resnet --repeats 3 --quality "" --scaling "" \
 		--out bench/spread
+
+# issue 17's quality bench: three model families (residual CNN, two-headed depthwise mobile
+# net, transformer block) at 64 trials per task, farm vs plain MetaSchedule 3 times each
+# (medians), tuned vs untuned vs torch with 1 thread and with 4 where the machine has 4
+# cores; hours on a 2-core machine (plain MetaSchedule alone: tens of minutes per run)
+bench-quality: venv
+	$(BIN)/python bench/run.py --trials 64 --models resnet,mobilenet,transformer --repeats 3 \
+		--quality resnet,mobilenet,transformer --threads 1,4 --scaling "" --out bench/quality
 
 # warm vs cold store: trials until a new workload is near its best, with the key's cost model
 bench-warm: venv

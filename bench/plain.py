@@ -4,7 +4,8 @@
 
 In one process: ingest (torch.export -> Relax), fuse and extract tasks (the farm's own
 code, so both sides tune the same tasks), start a TVM RPC tracker and N emulated phones
-(1 thread each), `ms.tune_tasks` over all tasks (LocalBuilder, RPCRunner, XGB cost
+(1 thread each), for the target the farm tunes cpu-local for (this CPU as mcpu),
+`ms.tune_tasks` over all tasks (LocalBuilder, RPCRunner, XGB cost
 model, 16 trials per iteration, `max_trials_per_task` = N; the builder's timeout raised to
 300 s, see below), then build the tuned model.
 Writes DIR/plain.json: wall times of each stage, trials measured, the database folder.
@@ -37,16 +38,16 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     import tvm
+    from latency import bench_profile  # bench/: this script's folder
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RPCConfig
 
-    from farm.core.profiles import resolve_profile
     from farm.devices.tracker import wait_for_phones
     from farm.local import services
     from farm.pipeline import compile as fc
     from farm.pipeline import extract, ingest
 
-    profile = resolve_profile("cpu-local")
+    profile = bench_profile(1)  # the target the farm tunes: this CPU as mcpu
     bundle = ingest.load(Path(args.model), threads=1)
     ex = extract.extract(bundle.mod, profile, Path(args.model).stem)
     target = tvm.target.Target(profile.target_json())

@@ -1,7 +1,8 @@
 """Benchmarks: the farm against plain MetaSchedule and torch, measured side by side in one run.
 
     python bench/run.py [--trials 16] [--models resnet,transformer] [--repeats 1]
-                        [--quality resnet,mobile,transformer] [--scaling resnet]
+                        [--quality resnet,mobile,transformer] [--threads 1,4]
+                        [--scaling resnet]
                         [--phones 1,2,4] [--delay-s 0.5] [--scaling-trials 8] [--out bench]
 
 Every section runs on this machine, one thing at a time (never two measured things at once):
@@ -18,9 +19,14 @@ Every section runs on this machine, one thing at a time (never two measured thin
    `--delay-s` to every measurement (farm/devices/phone.py, like a real phone's upload and run).
    Measurement throughput = trials / seconds the batches spent on the phones; parallel
    efficiency = throughput(n) / (n x throughput(1)).
-4. Quality (`--quality`): torch eager, untuned TVM and farm-tuned TVM, all timed here in
-   this process with 1 thread, plus the trials each task needed to get within 10 % of its
-   final best (from the store's records, in measurement order).
+4. Quality (`--quality`, for each of `--threads`): torch eager, untuned TVM and farm-tuned
+   TVM, all timed in one fresh process (bench/latency.py) with the threads the farm tuned
+   for, plus the trials each task needed to get within 10 % of its final best (from the
+   store's records, in measurement order). With N > 1 threads, the farm tunes cpu-local with
+   `threads = N` (a farm.toml) on cores // N emulated phones of N threads each.
+
+Every TVM build is for the target the farm tunes cpu-local for (this CPU as mcpu,
+num-cores = threads), plain MetaSchedule's included (bench/latency.py's bench_profile).
 
 Writes <out>/results.json and <out>/results.md. Read the ratios: the machine is noisy, and
 both sides of a ratio ran in the same minutes.
@@ -41,11 +47,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from latency import latencies  # bench/: this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")
-REPEAT, NUMBER = 30, 5  # model timings: median of REPEAT, each the mean of >= NUMBER runs
 WITHIN = 0.10  # "trials to within 10 % of the final best"
 
 
@@ -75,37 +82,6 @@ def farm_submit(model: Path, trials: int, out: Path, home: Path,
             "trials": sum(t["trials_measured"] for t in summary["tasks"]),
             "measure_s": sum(t.get("measure_s", 0.0) for t in summary["tasks"]),
             "log": str(out / "best")}
-
-
-class Reference:
-    """A model read once here: its fused module, inputs, torch latency; times TVM builds."""
-
-    def __init__(self, model: Path) -> None:
-        import tvm
-
-        from farm.core.profiles import resolve_profile
-        from farm.pipeline import extract, ingest
-
-        profile = resolve_profile("cpu-local")
-        self.bundle = ingest.load(model, threads=1, timing_runs=REPEAT * NUMBER)
-        self.fused = extract.extract(self.bundle.mod, profile, model.stem).fused
-        self.target = tvm.target.Target(profile.target_json())
-
-    def time_tvm(self, log_dir: str | None) -> float:
-        """Latency of the model built with the records in `log_dir` (None: untuned)."""
-        import tvm
-        from tvm.s_tir.meta_schedule.database import JSONDatabase
-
-        from farm.pipeline import compile as fc
-
-        db = JSONDatabase(work_dir=log_dir) if log_dir else None
-        lib = fc.build(self.fused, self.target, db)
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "m.so"
-            lib.export_library(str(path))
-            _, us = fc.run_and_time(path, None, tvm.cpu(0), self.bundle.inputs,
-                                    repeat=REPEAT, number=NUMBER)
-        return us
 
 
 def trials_to_within(home: Path, summary: dict[str, Any]) -> dict[str, Any]:
@@ -148,9 +124,8 @@ def throughput(name: str, model: Path, trials: int, work: Path,
                                   work / f"home-{name}-{i}"))
     home = work / f"home-{name}-0"
     again = farm_submit(model, trials, work / f"farm2-{name}", home)
-    ref = Reference(model)
-    plain_us = [ref.time_tvm(p["db"]) for p in plains]
-    farm_us = [ref.time_tvm(f["log"]) for f in firsts]
+    lat = latencies(model, 1, [p["db"] for p in plains] + [f["log"] for f in firsts])
+    plain_us, farm_us = lat["tuned_us"][:repeats], lat["tuned_us"][repeats:]
     plain_wall = median([p["process_wall_s"] for p in plains])
     farm_wall = median([f["wall_s"] for f in firsts])
     plain_tune = median([p["tune_s"] for p in plains])
@@ -174,20 +149,46 @@ def throughput(name: str, model: Path, trials: int, work: Path,
         "resubmit_trials_measured": again["trials"],
         "ratio_resubmit": round(again["wall_s"] / first["wall_s"], 3),
     }
-    quality = quality_row(name, ref, first, home, farm_us[0])
+    quality = quality_row(name, lat, first, home, farm_us[0])
     return row, quality
 
 
-def quality_row(name: str, ref: Reference, farm: dict[str, Any], home: Path,
-                farm_us: float | None = None) -> dict[str, Any]:
-    untuned = ref.time_tvm(None)
-    tuned = farm_us if farm_us is not None else ref.time_tvm(farm["log"])
-    return {"model": name, "tasks": len(farm["summary"]["tasks"]),
+def quality_row(name: str, lat: dict[str, Any], farm: dict[str, Any], home: Path,
+                tuned: float) -> dict[str, Any]:
+    """A model's torch, untuned and tuned latencies (`lat`, from bench/latency.py, with the
+    threads the farm tuned it for) and how fast its tuning got near its final best."""
+    if lat["target"] != farm["summary"]["target"]:  # timed as tuned, or the row means nothing
+        raise SystemExit(f"{name}: timed for {lat['target']}, the farm tuned for "
+                         f"{farm['summary']['target']}")
+    torch_us, untuned = lat["torch_us"], lat["untuned_us"]
+    return {"model": name, "threads": lat["threads"], "tasks": len(farm["summary"]["tasks"]),
             "trials_per_task": farm["summary"]["trials_per_task"],
-            "torch_us": round(ref.bundle.torch_us, 1), "untuned_us": round(untuned, 1),
+            "torch_us": round(torch_us, 1), "untuned_us": round(untuned, 1),
             "tuned_us": round(tuned, 1), "tuned_vs_untuned": round(untuned / tuned, 2),
-            "tuned_vs_torch": round(ref.bundle.torch_us / tuned, 2),
+            "tuned_vs_torch": round(torch_us / tuned, 2),
+            "tuned_over_torch": round(tuned / torch_us, 3),
             **trials_to_within(home, farm["summary"])}
+
+
+def thread_counts(asked: str) -> list[int]:
+    """The thread counts of `--threads` this machine has cores for (the others are said and
+    skipped: 4 threads on 2 cores would time the scheduler, not the kernels)."""
+    counts = sorted({int(n) for n in asked.split(",") if n.strip()})
+    cores = os.cpu_count() or 1
+    for n in (n for n in counts if n > cores):
+        print(f"bench: skipping {n} threads: this machine has {cores} cores", file=sys.stderr)
+    return [n for n in counts if 1 <= n <= cores]
+
+
+def threads_env(threads: int, work: Path) -> dict[str, str]:
+    """`farm submit`'s environment to tune cpu-local for `threads` threads: a farm.toml that
+    says so, and as many emulated phones as fit the cores with that many threads each (their
+    measurements must not share cores)."""
+    if threads == 1:
+        return {}
+    toml = work / f"farm-{threads}-threads.toml"
+    toml.write_text(f"[profiles.cpu-local]\nthreads = {threads}\n")
+    return {"FARM_CONFIG": str(toml), "FARM_PHONES": str(max(1, (os.cpu_count() or 1) // threads))}
 
 
 def scaling(model: Path, trials: int, phones: list[int], delay_s: float,
@@ -229,7 +230,8 @@ HOW = {
         "torch/untuned/tuned on a phone). ratio_wall = whole processes; ratio_tuning = plain's "
         "tune_tasks call vs the farm's first round sent -> last task done (includes the "
         "worker's warm-up when it was not done yet). Both tuned models are re-timed here, "
-        "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms). "
+        "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms), "
+        "in one fresh process (bench/latency.py), for the farm's target (this CPU as mcpu). "
         "runs = tuning runs per side (interleaved plain, farm, plain, farm...); wall times and "
         "tuned_us are medians over them, *_runs list every run's tuned latency; ratio_tuned_us "
         "= farm / plain median tuned latency (< 1: the farm's model is faster)."),
@@ -242,13 +244,24 @@ HOW = {
         "(n x measured_per_s(1)). job_* = the same over the whole tuning phase, which also "
         "searches and builds on the host (not parallel over phones)."),
     "quality": (
-        "All three latencies timed here, in this process, one after another, 1 thread "
-        "(torch.set_num_threads(1), TVM_NUM_THREADS=1): torch eager = median of 150 runs; "
-        "TVM = median of 30 repeats of >= 5 runs. tuned = the farm's best log at the stated "
+        "All three latencies timed in one fresh process (bench/latency.py), one after another, "
+        "with `threads` threads (torch.set_num_threads, TVM_NUM_THREADS): torch eager = median "
+        "of 150 runs; TVM = median of 30 repeats of >= 5 runs, built for the target the farm "
+        "tuned (this CPU as mcpu, num-cores = threads; checked against the job's summary). "
+        "With threads N > 1 the farm tuned cpu-local with `threads = N` on cores // N phones "
+        "of N threads. tuned_over_torch < 1: the tuned model is faster than torch. "
+        "tuned = the farm's best log at the stated "
         "trials per task. trials_to_within_10pct: per task, the trials (in measurement order) "
         "until its best was within 10 % of its final best, summed over tasks; trials_total = "
         "all trials measured."),
 }
+
+
+def scaling_section(args: argparse.Namespace, scale: list[dict[str, Any]]) -> list[str]:
+    if not args.scaling:
+        return ["## Scaling with phones", "", "(not run: --scaling \"\")", ""]
+    return [f"## Scaling with phones ({args.scaling}, {args.scaling_trials} trials per task, "
+            f"{args.delay_s} s added per measurement)", "", HOW["scaling"], "", *table(scale), ""]
 
 
 def main() -> int:
@@ -259,7 +272,10 @@ def main() -> int:
     # plain MetaSchedule alone took 11-19 min on the example transformer (17 tasks) here:
     # `make bench` compares on the CNN, `make bench-full` on both
     p.add_argument("--models", default="resnet")
-    p.add_argument("--quality", default="resnet,mobile,transformer")
+    p.add_argument("--quality", default="resnet,mobilenet,transformer")
+    p.add_argument("--threads", default="1",
+                   help="thread counts of the quality section, e.g. 1,4 (those above this "
+                        "machine's cores are skipped)")
     p.add_argument("--scaling", default="resnet")
     p.add_argument("--phones", default="1,2,4")
     p.add_argument("--delay-s", type=float, default=0.5)
@@ -286,13 +302,17 @@ def run_all(args: argparse.Namespace, out: Path, work: Path) -> int:
         if name in args.quality.split(","):
             quality.append(q)
             print(json.dumps(q), flush=True)
-    for name in filter(None, args.quality.split(",")):
-        if any(q["model"] == name for q in quality):
-            continue
-        home = work / f"home-q-{name}"
-        farm = farm_submit(work / f"{name}.pt2", args.trials, work / f"farm-q-{name}", home)
-        quality.append(quality_row(name, Reference(work / f"{name}.pt2"), farm, home))
-        print(json.dumps(quality[-1]), flush=True)
+    for threads in thread_counts(args.threads):
+        for name in filter(None, args.quality.split(",")):
+            if any(q["model"] == name and q["threads"] == threads for q in quality):
+                continue
+            model, tag = work / f"{name}.pt2", f"{name}-{threads}t"
+            home = work / f"home-q-{tag}"
+            farm = farm_submit(model, args.trials, work / f"farm-q-{tag}", home,
+                               env=threads_env(threads, work))
+            lat = latencies(model, threads, [farm["log"]])
+            quality.append(quality_row(name, lat, farm, home, lat["tuned_us"][0]))
+            print(json.dumps(quality[-1]), flush=True)
     scale = []
     if args.scaling:
         scale = scaling(work / f"{args.scaling}.pt2", args.scaling_trials,
@@ -310,9 +330,7 @@ def run_all(args: argparse.Namespace, out: Path, work: Path) -> int:
              "## Throughput and overhead: farm vs plain MetaSchedule (and resubmit)", "",
              HOW["throughput"], "", "Resubmit: " + HOW["resubmit"], "", *table(rows), "",
              "## Quality: torch vs untuned vs tuned", "", HOW["quality"], "", *table(quality),
-             "", f"## Scaling with phones ({args.scaling}, {args.scaling_trials} trials per "
-             f"task, {args.delay_s} s added per measurement)", "", HOW["scaling"], "",
-             *table(scale), ""]
+             "", *scaling_section(args, scale)]
     (out / "results.md").write_text("\n".join(lines))
     return 0
 

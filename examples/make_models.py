@@ -1,4 +1,5 @@
-"""Write small example models to tune: a residual CNN, a depthwise mobile block, a transformer block.
+"""Write small example models to tune: a residual CNN, a depthwise mobile block, a two-headed
+depthwise mobile net (a class head and a box head, SSD-style), a transformer block.
 
     python examples/make_models.py [OUT_DIR]
 
@@ -43,6 +44,42 @@ class MobileBlock(nn.Module):
         return x + self.body(x)
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand, 3x3 depthwise (stride 1 or 2), 1x1 project."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int = 4) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.skip = stride == 1 and cin == cout
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, hidden, 3, stride=stride, padding=1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x) if self.skip else self.body(x)
+
+
+class MobileNetHeads(nn.Module):
+    """A small MobileNetV2-style trunk with two heads: class logits, and per-location box
+    offsets and scores (an SSD-style detector's outputs); the model returns both."""
+
+    def __init__(self, classes: int = 10, anchors: int = 3) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(16), nn.ReLU6())
+        self.trunk = nn.Sequential(InvertedResidual(16, 16, 1), InvertedResidual(16, 24, 2),
+                                   InvertedResidual(24, 24, 1), InvertedResidual(24, 32, 2))
+        self.classes = nn.Linear(32, classes)
+        self.boxes = nn.Conv2d(32, anchors * 4, 3, padding=1)
+        self.scores = nn.Conv2d(32, anchors, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = self.trunk(self.stem(x))
+        return self.classes(y.mean(dim=(2, 3))), self.boxes(y), torch.sigmoid(self.scores(y))
+
+
 class TransformerBlock(nn.Module):
     def __init__(self, dim: int = 64, heads: int = 4) -> None:
         super().__init__()
@@ -66,6 +103,7 @@ class TransformerBlock(nn.Module):
 MODELS = {
     "resnet": (TinyResNet, (1, 3, 32, 32)),
     "mobile": (MobileBlock, (1, 16, 28, 28)),
+    "mobilenet": (MobileNetHeads, (1, 3, 64, 64)),
     "transformer": (TransformerBlock, (1, 32, 64)),
 }
 
