@@ -87,13 +87,18 @@ class Gate:
         os.makedirs(self.dir, exist_ok=True)
 
     @contextlib.contextmanager
-    def slot(self, key: str, open_slots: Callable[[], int],
-             every_s: float = 1.0) -> Iterator[int]:
+    def slot(self, key: str, open_slots: Callable[[], int], every_s: float = 1.0,
+             try_s: float = 0.05) -> Iterator[int]:
         """Hold one of the first `open_slots()` slots of `key` while the round runs; waits for
-        one, asking `open_slots()` again every `every_s` (the speeds change as rounds end)."""
+        one, trying the open slots every `try_s` (a slot freed by a round that ended is taken
+        at once: the phones wait on this) and asking `open_slots()` again every `every_s`
+        (the speeds change as rounds end; it asks the tracker and the store)."""
         name = key.replace("/", "_")
+        opened, asked = 1, -every_s
         while True:
-            for i in range(max(1, min(open_slots(), self.pool))):
+            if time.monotonic() - asked >= every_s:
+                opened, asked = max(1, min(open_slots(), self.pool)), time.monotonic()
+            for i in range(opened):
                 f = open(os.path.join(self.dir, f"slot-{name}-{i}"), "a")  # noqa: SIM115
                 try:
                     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -106,7 +111,7 @@ class Gate:
                     fcntl.flock(f, fcntl.LOCK_UN)
                     f.close()
                 return
-            time.sleep(every_s)
+            time.sleep(try_s)
 
     def first_to(self, what: str) -> bool:
         """True for the first pool process that asks (once per worker and `what`)."""

@@ -19,7 +19,7 @@ STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable sto
 
 
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
-                 timeout_s: float | None, poll_s: float = 1.0,
+                 timeout_s: float | None, poll_s: float = 0.25,
                  view: View | None = None) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed. Only waits
     and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and

@@ -49,6 +49,42 @@ def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_p
             assert c == 2 and len(asked) == 3
 
 
+def test_a_freed_slot_is_taken_at_once_not_at_the_next_decision(tmp_path, monkeypatch):
+    """A round waiting at the gate takes the slot a finished round frees without waiting for
+    the gate's next decision (every_s: it asks the tracker and the store, once a second in a
+    worker): the phones would idle meanwhile."""
+    import threading
+    import time
+
+    real_sleep, slept = time.sleep, []
+
+    def sleep(s: float) -> None:  # the waiter's sleeps, cut short (each is noted)
+        slept.append(s)
+        real_sleep(min(s, 0.2))
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    gate, other = Gate(str(tmp_path / "gate"), pool=2), Gate(str(tmp_path / "gate"), pool=2)
+    asked, got = [], []
+
+    def waiter() -> None:
+        def decide() -> int:
+            asked.append(1)
+            return 1
+
+        with other.slot("k", decide, every_s=3600) as i:
+            got.append(i)
+
+    with gate.slot("k", lambda: 1):
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        while not slept:  # the waiter found the one open slot taken, and waits
+            thread.join(0.01)
+        assert not got
+    thread.join(60)
+    assert got == [0]
+    assert len(asked) == 1  # taken before the gate decided again
+
+
 def test_this_hosts_addresses_include_its_name():
     assert socket.gethostname() in this_host_addresses()
 
