@@ -20,6 +20,25 @@ def run_farm(args: list[str], home: Path, timeout_s: float = 1200,
                           text=True, timeout=timeout_s, env=full_env)
 
 
+@contextlib.contextmanager
+def tvm_children_without_torch():
+    """TVM's build and run processes started in this block (`python -m
+    tvm.exec.popen_worker`, by LocalRunner, LocalBuilder, WarmBuilder) import no torch, as
+    the farm's own workers do (farm/devices/lean.py): ~3 s of CPU less each. Only for the
+    block: a `farm submit` started later needs torch."""
+    from farm.devices.lean import without_torch
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = without_torch(dict(os.environ))["PYTHONPATH"]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def ctrl_c_works() -> None:
     """preexec_fn for a child that the test stops with SIGINT (Ctrl-C): a test run started in
     the background of a shell ignores SIGINT, and its children would inherit that."""

@@ -15,6 +15,7 @@ from farm.core.profiles import resolve_profile
 from farm.local import services
 from farm.store import StoredRecord, candidate_hash, open_store
 from farm.store.learned import model_key
+from tests.helpers import tvm_children_without_torch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -90,11 +91,13 @@ def farm_store(tmp_path_factory):
     svc, url = services.start_redis(data, data)
     store = open_store(url)
     profile = resolve_profile("cpu-local", {})
-    builder = WarmBuilder(max_workers=2)
+    with tvm_children_without_torch():
+        builder = WarmBuilder(max_workers=2)
     try:
         tasks = [put_task(store, shape, profile) for shape in TRAIN]
         for i, task in enumerate(tasks):
-            measure_random(store, task, builder, seed=i + 1)
+            with tvm_children_without_torch():
+                measure_random(store, task, builder, seed=i + 1)
         yield store, profile, tasks, data
     finally:
         builder.shutdown()
@@ -165,7 +168,8 @@ def test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it(farm_s
         ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
         for handler in [h for h in ms_log.handlers if h.get_name() is None]:
             ms_log.removeHandler(handler)
-        result = run_round(ctx, store, req)
+        with tvm_children_without_torch():
+            result = run_round(ctx, store, req)
     finally:
         group.stop()
     assert result.measured == 8 and result.valid >= 1

@@ -1,8 +1,11 @@
 """The CPU tensor intrinsics are registered without TVM's GPU ones (farm/devices/intrinsics.py),
 and TuneContext's own `import tvm.s_tir.tensor_intrin` then parses nothing more."""
 
+import os
 import subprocess
 import sys
+
+from farm.devices.lean import without_torch
 
 SCRIPT = """
 import sys
@@ -21,8 +24,9 @@ print(load_for("llvm"))  # loaded once
 
 
 def test_cpu_intrinsics_alone_then_the_gpu_ones_when_asked():
+    # a worker's process (which this is about) imports no torch (farm/devices/lean.py)
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=without_torch(dict(os.environ)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "['dot_product_common', 'x86', 'arm_cpu', 'riscv_cpu']"

@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 from farm.store import open_store
+from tests.helpers import tvm_children_without_torch
 from tests.unit.test_cache import matmul_mod
 
 
@@ -64,7 +65,7 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
     database = StoreDatabase(store, wk, mod)
     search = StoreAwareSearch(store, wk, database.workload, target, inner=inner, cold=cold)
     counters = RoundCounters()
-    with tempfile.TemporaryDirectory() as work_dir:
+    with tempfile.TemporaryDirectory() as work_dir, tvm_children_without_torch():
         ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
                     num_trials_per_iter=8, builder=BUILDER.setdefault("b", WarmBuilder(1, 60, 64)),
                     runner=ms.runner.LocalRunner(), database=database, cost_model="random",
