@@ -67,13 +67,20 @@ def plain_metaschedule(model: Path, trials: int, work: Path) -> dict[str, Any]:
     return {**json.loads((work / "plain.json").read_text()), "process_wall_s": wall}
 
 
+def bench_env() -> dict[str, str]:
+    """This process's environment without FARM_* settings (and with no ./farm.toml read: the
+    bench runs `farm submit` in ROOT, FARM_CONFIG names the profile explicitly where it
+    matters): what the farm tunes for must be what the bench times (bench_profile)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
+
+
 def farm_submit(model: Path, trials: int, out: Path, home: Path,
                 env: dict[str, str] | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "farm", "submit", str(model),
                            "--trials-per-task", str(trials), "--round-trials", str(trials),
                            "--out", str(out), "--force"], capture_output=True, text=True,
-                          env={**os.environ, "FARM_HOME": str(home), **(env or {})})
+                          env={**bench_env(), "FARM_HOME": str(home), **(env or {})})
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"farm submit failed:\n{proc.stderr[-3000:]}")
@@ -121,9 +128,9 @@ def throughput(name: str, model: Path, trials: int, work: Path,
     for i in range(repeats):
         plains.append(plain_metaschedule(model, trials, work / f"plain-{name}-{i}"))
         firsts.append(farm_submit(model, trials, work / f"farm-{name}-{i}",
-                                  work / f"home-{name}-{i}"))
+                                  work / f"home-{name}-{i}", env=threads_env(1, work)))
     home = work / f"home-{name}-0"
-    again = farm_submit(model, trials, work / f"farm2-{name}", home)
+    again = farm_submit(model, trials, work / f"farm2-{name}", home, env=threads_env(1, work))
     lat = latencies(model, 1, [p["db"] for p in plains] + [f["log"] for f in firsts])
     plain_us, farm_us = lat["tuned_us"][:repeats], lat["tuned_us"][repeats:]
     plain_wall = median([p["process_wall_s"] for p in plains])
@@ -170,25 +177,33 @@ def quality_row(name: str, lat: dict[str, Any], farm: dict[str, Any], home: Path
             **trials_to_within(home, farm["summary"])}
 
 
+def cores() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's logical CPUs)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def thread_counts(asked: str) -> list[int]:
     """The thread counts of `--threads` this machine has cores for (the others are said and
     skipped: 4 threads on 2 cores would time the scheduler, not the kernels)."""
     counts = sorted({int(n) for n in asked.split(",") if n.strip()})
-    cores = os.cpu_count() or 1
-    for n in (n for n in counts if n > cores):
-        print(f"bench: skipping {n} threads: this machine has {cores} cores", file=sys.stderr)
-    return [n for n in counts if 1 <= n <= cores]
+    for n in (n for n in counts if n > cores()):
+        print(f"bench: skipping {n} threads: this process has {cores()} cores", file=sys.stderr)
+    return [n for n in counts if 1 <= n <= cores()]
 
 
 def threads_env(threads: int, work: Path) -> dict[str, str]:
     """`farm submit`'s environment to tune cpu-local for `threads` threads: a farm.toml that
-    says so, and as many emulated phones as fit the cores with that many threads each (their
-    measurements must not share cores)."""
-    if threads == 1:
-        return {}
+    says so, and with N > 1 threads as many emulated phones as fit the cores with N threads
+    each (their measurements must not share cores; 1 thread: the default 2 phones)."""
     toml = work / f"farm-{threads}-threads.toml"
     toml.write_text(f"[profiles.cpu-local]\nthreads = {threads}\n")
-    return {"FARM_CONFIG": str(toml), "FARM_PHONES": str(max(1, (os.cpu_count() or 1) // threads))}
+    env = {"FARM_CONFIG": str(toml)}
+    if threads > 1:
+        env["FARM_PHONES"] = str(max(1, cores() // threads))
+    return env
 
 
 def scaling(model: Path, trials: int, phones: list[int], delay_s: float,
@@ -249,7 +264,9 @@ HOW = {
         "of 150 runs; TVM = median of 30 repeats of >= 5 runs, built for the target the farm "
         "tuned (this CPU as mcpu, num-cores = threads; checked against the job's summary). "
         "With threads N > 1 the farm tuned cpu-local with `threads = N` on cores // N phones "
-        "of N threads. tuned_over_torch < 1: the tuned model is faster than torch. "
+        "of N threads (1 thread: 2 phones). tuned_over_torch < 1: the tuned model is faster "
+        "than torch. A model also in --models: its 1-thread row is from the first of its "
+        "--repeats farm runs (the throughput table has the medians over all of them). "
         "tuned = the farm's best log at the stated "
         "trials per task. trials_to_within_10pct: per task, the trials (in measurement order) "
         "until its best was within 10 % of its final best, summed over tasks; trials_total = "
@@ -272,7 +289,7 @@ def main() -> int:
     # plain MetaSchedule alone took 11-19 min on the example transformer (17 tasks) here:
     # `make bench` compares on the CNN, `make bench-full` on both
     p.add_argument("--models", default="resnet")
-    p.add_argument("--quality", default="resnet,mobilenet,transformer")
+    p.add_argument("--quality", default="resnet,mobile,transformer")
     p.add_argument("--threads", default="1",
                    help="thread counts of the quality section, e.g. 1,4 (those above this "
                         "machine's cores are skipped)")

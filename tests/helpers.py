@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -21,7 +22,7 @@ def run_farm(args: list[str], home: Path, timeout_s: float = 1200,
 
 
 @contextlib.contextmanager
-def tvm_children_without_torch():
+def tvm_children_without_torch() -> Iterator[None]:
     """TVM's build and run processes started in this block (`python -m
     tvm.exec.popen_worker`, by LocalRunner, LocalBuilder, WarmBuilder) import no torch, as
     the farm's own workers do (farm/devices/lean.py): ~3 s of CPU less each. Only for the

@@ -58,9 +58,11 @@ def test_a_freed_slot_is_taken_at_once_not_at_the_next_decision(tmp_path, monkey
 
     real_sleep, slept = time.sleep, []
 
-    def sleep(s: float) -> None:  # the waiter's sleeps, cut short (each is noted)
-        slept.append(s)
-        real_sleep(min(s, 0.2))
+    def sleep(s: float) -> None:  # the waiter's sleeps are noted and cut short
+        if threading.current_thread().name == "waiter":
+            slept.append(s)
+            s = min(s, 0.2)
+        real_sleep(s)
 
     monkeypatch.setattr(time, "sleep", sleep)
     gate, other = Gate(str(tmp_path / "gate"), pool=2), Gate(str(tmp_path / "gate"), pool=2)
@@ -75,14 +77,16 @@ def test_a_freed_slot_is_taken_at_once_not_at_the_next_decision(tmp_path, monkey
             got.append(i)
 
     with gate.slot("k", lambda: 1):
-        thread = threading.Thread(target=waiter, daemon=True)
+        thread = threading.Thread(target=waiter, name="waiter", daemon=True)
         thread.start()
-        while not slept:  # the waiter found the one open slot taken, and waits
-            thread.join(0.01)
-        assert not got
+        deadline = time.monotonic() + 60
+        while not slept and thread.is_alive() and time.monotonic() < deadline:
+            thread.join(0.01)  # until the waiter found the one open slot taken, and waits
+        assert slept and not got, (slept, got)
     thread.join(60)
     assert got == [0]
     assert len(asked) == 1  # taken before the gate decided again
+    assert max(slept) <= 0.1  # it tried again within a tenth of a second, not every_s
 
 
 def test_this_hosts_addresses_include_its_name():
