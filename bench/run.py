@@ -261,7 +261,7 @@ HOW = {
     "quality": (
         "All three latencies timed in one fresh process (bench/latency.py), one after another, "
         "with `threads` threads (torch.set_num_threads, TVM_NUM_THREADS): torch eager = median "
-        "of 150 runs; TVM = median of 30 repeats of >= 5 runs, built for the target the farm "
+        "of 150 runs, timed before and after TVM, the lower of the two; TVM = median of 30 repeats of >= 5 runs, built for the target the farm "
         "tuned (this CPU as mcpu, num-cores = threads; checked against the job's summary). "
         "With threads N > 1 the farm tuned cpu-local with `threads = N` on cores // N phones "
         "of N threads (1 thread: 2 phones). tuned_over_torch < 1: the tuned model is faster "
