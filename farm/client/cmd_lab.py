@@ -27,8 +27,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_tracker(args: argparse.Namespace) -> int:
-    os.execve(sys.executable, [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", args.host,
-                               "--port", str(args.port), "--port-end", str(args.port + 1)],
+    os.execve(sys.executable, [sys.executable, "-m", "farm.devices.rpcd", "tracker", "--verbose",
+                               "--host", args.host, "--port", str(args.port)],
               without_torch(dict(os.environ)))
     return 0  # pragma: no cover
 

@@ -1,11 +1,12 @@
-"""An emulated phone that is slower per measurement, like a real one.
+"""An emulated phone: a TVM RPC server, optionally slower per measurement, like a real one.
 
     python -m farm.devices.phone --tracker HOST:PORT --key KEY --delay-s 0.5 [--host H --port P]
                          [--advertise ADDR]
 
-A TVM RPC server (the same as `python -m tvm.exec.rpc_server`) that sleeps
-`--delay-s` in every measurement session, when the uploaded kernel is loaded:
-a real phone spends that on the upload over USB or Wi-Fi and on the run. The
+A TVM RPC server (the same as `python -m tvm.exec.rpc_server`, in one process:
+farm/devices/rpcd.py); every emulated phone of this machine's architecture is one. With
+`--delay-s` it sleeps that long in every measurement session, when the uploaded kernel is
+loaded: a real phone spends that on the upload over USB or Wi-Fi and on the run. The
 benchmarks use it to measure how measurement throughput scales with phones
 (bench/run.py); `phone_delay_s` in the config turns it on for the embedded farm.
 
@@ -102,13 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--advertise", help="the address workers connect to (default --host)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
-    from tvm import rpc
+    from farm.devices.rpcd import serve_phone
 
-    server = rpc.Server(args.host, args.port, args.port_end, key=args.key,
-                        tracker_addr=parse_addr(args.tracker),
-                        custom_addr=advertised_address(args.host, args.advertise, args.tracker),
-                        server_init_callback=functools.partial(_slow_sessions, args.delay_s))
-    server.proc.join()
+    serve_phone(args.host, args.port, args.port_end, args.key, parse_addr(args.tracker),
+                custom_addr=advertised_address(args.host, args.advertise, args.tracker),
+                before=functools.partial(_slow_sessions, args.delay_s) if args.delay_s > 0
+                else None)
     return 0
 
 

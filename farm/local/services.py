@@ -1,6 +1,6 @@
 """Processes the farm starts: Redis, a TVM RPC tracker, emulated phones, a worker.
 
-Each runs in its own process group (TVM's rpc_server forks its real server), is
+Each runs in its own process group (a phone forks a process per measurement session), is
 stopped by its PID's group, and logs to a file whose tail is shown when it dies.
 Only loopback addresses are used unless told otherwise.
 """
@@ -195,8 +195,8 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
 
 def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:
     port = port or free_port(host)
-    svc = start("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                            "--port", str(port), "--port-end", str(port + 1), "--silent"], log_dir)
+    svc = start("tracker", [sys.executable, "-m", "farm.devices.rpcd", "tracker", "--host", host,
+                            "--port", str(port), "--port-end", str(port + 1)], log_dir)
     wait_port(host, port, 60, svc)
     return svc, f"{host}:{port}"
 
@@ -224,19 +224,22 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
         env = arm64sim.phone_env(threads)
     elif arch:
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
-    if delay_s > 0:
-        if arch:
+    if arch:
+        if delay_s > 0:
             raise UsageError("phone_delay_s is for emulated phones of this machine's "
                              "architecture", subject=f"arch {arch}")
+        from farm.devices import rpcd  # run by its path: the farm is not installed under qemu
+
         return start(f"phone-{key}-{index}",
-                     [*python, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
+                     [*python, rpcd.__file__, "phone", "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                      "--delay-s", str(delay_s), *(["--advertise", addr] if addr else [])],
+                      *(["--custom-addr", addr] if addr else [])],
                      log_dir, env)
     return start(f"phone-{key}-{index}",
-                 [*python, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key,
+                 [*python, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                  *(["--custom-addr", addr] if addr else [])],
+                  *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
+                  *(["--advertise", addr] if addr else [])],
                  log_dir, env)
 
 

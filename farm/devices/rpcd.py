@@ -1,0 +1,78 @@
+"""TVM's RPC tracker and RPC server, run in this process.
+
+    python -m farm.devices.rpcd tracker --host 127.0.0.1 --port 9190 [--port-end 9191]
+    python farm/devices/rpcd.py phone --tracker HOST:PORT --key KEY --host H --port P
+                                      [--port-end E] [--custom-addr ADDR]
+
+`python -m tvm.exec.rpc_tracker` and `python -m tvm.exec.rpc_server` import TVM, then start a
+PopenWorker (a second Python process) that imports TVM again and runs the server there, so
+that a Python caller can kill it. The farm runs each tracker and phone as a process of its
+own already (farm/local/services.py stops its process group), so the second process only
+cost time: ~2.5 s of CPU per tracker and per phone on a 2-core host, where an embedded farm
+starts three of them and a lab host one per phone. Here the same server objects TVM's
+PopenWorker runs (`PopenTrackerServerState`, `PopenRPCServerState`: TVM 0.27's internals,
+covered by every test that starts a farm) run in this process, and it waits on their thread.
+A measurement session is still forked from the phone process by TVM (multiprocessing), as
+before. It imports only TVM and the standard library, so the emulated arm64 phone runs this
+file by its path under qemu (farm/local/services.py), where the farm is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+
+
+def serve_tracker(host: str, port: int, port_end: int, silent: bool = True) -> None:
+    """A TVM RPC tracker on the first free port of [port, port_end); returns when it stops."""
+    from tvm.rpc.tracker import PopenTrackerServerState
+
+    state = PopenTrackerServerState(host, port, port_end, silent=silent)
+    state.thread.join()
+
+
+def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[str, int],
+                custom_addr: str | None = None,
+                before: Callable[[], None] | None = None) -> None:
+    """A TVM RPC server registered at `tracker` under `key` (what `tvm.exec.rpc_server` runs,
+    in this process); `before` runs first (farm/devices/phone.py's slow sessions)."""
+    from tvm.rpc.server import PopenRPCServerState
+
+    if before is not None:
+        before()
+    state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker, key=key,
+                                custom_addr=custom_addr)
+    PopenRPCServerState.current = state  # held, as TVM's PopenWorker does
+    state.thread.join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m farm.devices.rpcd",
+                                description="a TVM RPC tracker or phone, in this process")
+    sub = p.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("tracker")
+    ph = sub.add_parser("phone")
+    ph.add_argument("--tracker", required=True, help="HOST:PORT")
+    ph.add_argument("--key", required=True)
+    ph.add_argument("--custom-addr", help="the address registered (default: where it connects "
+                                          "from)")
+    for q, port in ((t, 9190), (ph, 9090)):
+        q.add_argument("--host", default="0.0.0.0")
+        q.add_argument("--port", type=int, default=port)
+        q.add_argument("--port-end", type=int, default=None, help="default: --port + 1")
+    t.add_argument("--verbose", action="store_true", help="log every request")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    port_end = args.port_end or args.port + 1
+    if args.what == "tracker":
+        serve_tracker(args.host, args.port, port_end, silent=not args.verbose)
+    else:
+        host, port = args.tracker.rsplit(":", 1)
+        serve_phone(args.host, args.port, port_end, args.key, (host, int(port)),
+                    custom_addr=args.custom_addr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
