@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,11 +132,15 @@ def this_host_addresses() -> set[str]:
     return out
 
 
-def wait_for_phones(addr: str, key: str, count: int, timeout_s: float) -> dict[str, KeyInfo]:
-    """Block until `count` phones of `key` are registered at the tracker, or raise."""
+def wait_for_phones(addr: str, key: str, count: int, timeout_s: float,
+                    check: Callable[[], None] | None = None) -> dict[str, KeyInfo]:
+    """Block until `count` phones of `key` are registered at the tracker, or raise; `check`
+    (raising) is called while waiting (the phones' processes still alive)."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, KeyInfo] = {}
     while time.monotonic() < deadline:
+        if check is not None:
+            check()
         try:
             seen = phones(addr)
         except ServiceError:

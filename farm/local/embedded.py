@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +36,7 @@ class EmbeddedFarm:
     tracker: str
     group: services.ServiceGroup
     log_dir: Path
+    phones_ready: Callable[[], None]  # blocks until its phones registered, or raises
 
 
 def config_env(config: FarmConfig) -> dict[str, str]:
@@ -52,7 +53,7 @@ def config_env(config: FarmConfig) -> dict[str, str]:
     return env
 
 
-_OURS = ("tvm.exec", "farm.devices.phone", "redis-server", "-m farm ", "celery")
+_OURS = ("tvm.exec", "farm.devices.phone", "rpcd", "redis-server", "-m farm ", "celery")
 
 
 def reap_orphans(home: Path) -> list[int]:
@@ -219,16 +220,25 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "") -> Iterator[EmbeddedFarm]:
+def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "",
+                  wait: bool = True) -> Iterator[EmbeddedFarm]:
+    """The embedded farm, its services started. With `wait`, its phones have registered when it
+    is yielded; without, they may still be starting (call its `phones_ready` before use): the
+    client reads the model meanwhile."""
     home = Path(config.home)
     with _home_lock(home, _farm_lock(home)) as log_dir, \
             _services(config, home, log_dir, threads, arch) as farm:
+        if wait:
+            farm.phones_ready()
         yield farm
 
 
 @contextlib.contextmanager
 def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
               arch: str = "") -> Iterator[EmbeddedFarm]:
+    """Redis, the tracker, the phones and the worker, started at once: the worker serves the
+    profile's key (`--keys`), so it warms up while the phones register (an emulated phone
+    imports TVM first: ~2 s here, 10-60 s under qemu)."""
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     with contextlib.ExitStack() as stack:
         stack.callback(group.stop)
@@ -244,12 +254,21 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
             group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
                                            arch=arch, config=config,
                                            delay_s=config.phone_delay_s))
-        from farm.devices.tracker import wait_for_phones
-
-        # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
-        wait_for_phones(tracker, config.device_key, config.phones,
-                        timeout_s=300 if arch else 60)
-        group.add(services.start_worker(tracker, url, log_dir, env=config_env(config)))
+        group.add(services.start_worker(tracker, url, log_dir, env=config_env(config),
+                                        extra=["--keys", config.device_key]))
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
                  config.phones, config.device_key, log_dir)
-        yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir)
+        yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir,
+                           phones_ready=lambda: _phones_ready(config, tracker, group, arch))
+
+
+def _phones_ready(config: FarmConfig, tracker: str, group: services.ServiceGroup,
+                  arch: str) -> None:
+    """Wait for the embedded farm's phones to register; a phone or worker that exited is
+    reported as such (with its log), not as a timeout."""
+    from farm.devices.tracker import wait_for_phones
+
+    group.check_alive()
+    # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
+    wait_for_phones(tracker, config.device_key, config.phones, timeout_s=300 if arch else 60,
+                    check=group.check_alive)

@@ -24,6 +24,7 @@ class Farm:
     tracker: str | None
     check_alive: Callable[[], None]
     embedded: bool
+    ready: Callable[[], None] = lambda: None  # the embedded farm's phones have registered
 
 
 @contextlib.contextmanager
@@ -43,12 +44,14 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
 
     profile = resolve_profile(config.device_key, config.profiles)
     check_embedded(profile)
-    with embedded_farm(config, threads=profile.threads, arch=profile.emulate) as farm:
+    with embedded_farm(config, threads=profile.threads, arch=profile.emulate,
+                       wait=False) as farm:
         cfg = replace(config, broker_url=farm.broker_url)
         store = open_store(farm.broker_url)
         store.ping()
         try:
             yield Farm(store=store, app=make_app(cfg), tracker=farm.tracker,
-                       check_alive=farm.group.check_alive, embedded=True)
+                       check_alive=farm.group.check_alive, embedded=True,
+                       ready=farm.phones_ready)
         finally:
             store.close()

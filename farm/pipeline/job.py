@@ -63,8 +63,9 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
     # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
     prep = prepare(opts, config, report) if config.broker_url else None
     with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
-        if prep is None:
+        if prep is None:  # the embedded farm's phones register meanwhile
             prep = prepare(opts, config, report)
+        farm.ready()
         job = dispatch_job(farm, opts, config, prep, report, resume)
         if not opts.wait:  # a lab farm (preflight refuses --no-wait on an embedded one)
             return {"job_id": job.job_id, "state": "submitted"}
