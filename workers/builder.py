@@ -2,9 +2,9 @@
 
 TVM's LocalBuilder starts a fresh process pool on every `build` call (each new
 process imports TVM again: ~20 s per call on 2 cores, whether it builds 1
-candidate or 16). This builder keeps one pool and recycles each process after
-`max_uses` builds, which bounds the memory leak that made LocalBuilder start
-fresh pools.
+candidate or 16). This builder keeps its processes (shared with the round's runner:
+workers/procs.py) and recycles each after `max_uses` calls, which bounds the
+memory leak that made LocalBuilder start fresh pools.
 
 Its processes also skip what LocalBuilder's default build imports first: every
 tensor intrinsic TVM ships (`tvm.s_tir.tensor_intrin`, ~30 s of TVMScript parsing
@@ -20,7 +20,9 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.popen_pool import StatusKind
+
+from workers.procs import Processes
 
 
 def warm_build_process() -> None:
@@ -41,16 +43,17 @@ def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
 @derived_object
 class WarmBuilder(PyBuilder):
     def __init__(self, max_workers: int = 1, timeout_s: float = 60.0, max_uses: int = 64,
-                 f_export: str | None = None) -> None:
+                 f_export: str | None = None, processes: Processes | None = None) -> None:
+        """Builds `max_workers` candidates at once, on `processes` (shared with the round's
+        runner: workers/procs.py) or on processes of its own."""
         super().__init__()
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.max_uses = max_uses
         self.f_export = f_export
-        self.pool = PopenPoolExecutor(
-            max_workers=max_workers, timeout=timeout_s, initializer=warm_build_process,
-            maximum_process_uses=max_uses,
-        )
+        self.own = processes is None
+        self.processes = processes or Processes(warm_build_process, max_uses)
+        self.pool = self.processes.view(max_workers, timeout_s)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         results: list[BuilderResult] = []
@@ -73,3 +76,5 @@ class WarmBuilder(PyBuilder):
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+        if self.own:
+            self.processes.shutdown()

@@ -7,7 +7,9 @@ never stored twice, so a redelivered round is harmless.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -54,6 +56,7 @@ class WorkerContext:
     host: str = field(default_factory=socket.gethostname)
     _builders: dict[str, Any] = field(default_factory=dict)
     _runners: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _processes: Any = None  # workers/procs.py
     gate: Any = None  # workers/gate.py's Gate: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
 
@@ -62,20 +65,23 @@ class WorkerContext:
         """The search's threads: the host's cores shared by the rounds running at once."""
         if self.gate is None or self.config.search_cores > 0:
             return self.config.search_threads
-        import os
-
         return max(1, (os.cpu_count() or 1) // max(1, self.rounds_at_once))
 
     def profile(self, key: str) -> DeviceProfile:
         return resolve_profile(key, self.config.profiles)
+
+    def processes(self) -> Any:
+        """TVM's helper processes, shared by this process's builders and runners."""
+        from workers.procs import for_rounds
+
+        self._processes = self._processes or for_rounds(self.config.builder_max_uses)
+        return self._processes
 
     def builder(self, profile: DeviceProfile) -> Any:
         """The warm builder of the profile's export: `local` (a tar the phone links) or
         `cross` (a .so linked here by the profile's compiler, e.g. the NDK's)."""
         f_export: Any = None
         if profile.export == "cross":
-            import functools
-
             from farm.devices.cross import compiler, export_cross
 
             f_export = functools.partial(export_cross, compiler(profile))
@@ -85,7 +91,8 @@ class WorkerContext:
 
             self._builders[slot] = WarmBuilder(
                 max_workers=self.config.builder_workers, timeout_s=self.config.build_timeout_s,
-                max_uses=self.config.builder_max_uses, f_export=f_export)
+                max_uses=self.config.builder_max_uses, f_export=f_export,
+                processes=self.processes())
         return self._builders[slot]
 
     def runner(self, profile: DeviceProfile, phones: int) -> Any:
@@ -97,7 +104,8 @@ class WorkerContext:
             c = self.config
             self._runners[slot] = BoundedRPCRunner(
                 self.tracker, profile, max_workers=slot[1], run_timeout_s=c.run_timeout_s,
-                policy=LostPolicy(c.phone_lost_limit, c.phone_lost_window_s, c.phone_aside_s))
+                policy=LostPolicy(c.phone_lost_limit, c.phone_lost_window_s, c.phone_aside_s),
+                processes=self.processes())
         return self._runners[slot]
 
     def warm(self) -> None:

@@ -32,12 +32,14 @@ from farm.core.profiles import DeviceProfile
 from farm.devices.tracker import parse_addr
 from workers import phonelog
 from workers.phonelog import LostPolicy, PhoneLog
+from workers.procs import Processes
 
 
 @derived_object
 class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
     def __init__(self, tracker: str, profile: DeviceProfile, max_workers: int,
-                 run_timeout_s: float, policy: LostPolicy | None = None) -> None:
+                 run_timeout_s: float, policy: LostPolicy | None = None,
+                 processes: Processes | None = None) -> None:
         host, port = parse_addr(tracker)
         super().__init__(
             rpc_config=RPCConfig(tracker_host=host, tracker_port=port, tracker_key=profile.key,
@@ -48,8 +50,9 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
             cooldown_sec=profile.cooldown_s,
             max_workers=max_workers,
         )
-        self.pool.shutdown()
-        self.pool: PopenPoolExecutor = PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s)
+        self.pool.shutdown()  # measures on `processes` (the builder's too: workers/procs.py)
+        self.pool: Any = (processes.view(max_workers, run_timeout_s) if processes is not None
+                          else PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s))
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)
@@ -62,6 +65,11 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
+
+    def _sanity_check(self) -> None:
+        """TVM's RPCRunner starts a process at construction (~2.5 s of CPU importing TVM) to
+        look up its `f_*` functions by name; this runner passes none by name (they are set
+        as Python callables above), so there is nothing to look up."""
 
     def set_reference(self, path: str | None) -> None:
         """The reference kernel of the workload being tuned (None: no output check)."""

@@ -1,0 +1,109 @@
+"""TVM's helper processes, shared by a round process's builds and measurements.
+
+A round builds a batch of candidates (WarmBuilder) and then measures it (BoundedRPCRunner):
+never both at once, since MetaSchedule joins a task's measurements before it builds its next
+batch. TVM gives each its own PopenPoolExecutor, so a round process kept two sets of
+`python -m tvm.exec.popen_worker` processes, each of which imported TVM (~2.5 s of CPU here)
+and held its memory: builder_workers for building plus one per phone for measuring.
+
+Here one set of processes serves both: `Processes.view(width, timeout_s)` is an executor
+with the part of PopenPoolExecutor's interface the builder and TVM's RPCRunner call
+(`submit`, `map_with_error_catching`, `shutdown`), running at most `width` calls at once,
+each with its own deadline, on whichever process is idle (a new one only when none is). A
+process is recycled after `max_uses` calls (TVM's leak bound); one killed at a deadline
+(a frozen phone, a build that hangs) is started again lazily at its next call, as TVM does.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from tvm.support.popen_pool import MapResult, PopenWorker, StatusKind
+
+
+class Processes:
+    def __init__(self, initializer: Callable[[], None] | None = None,
+                 max_uses: int | None = None) -> None:
+        self.initializer = initializer
+        self.max_uses = max_uses
+        self._idle: list[PopenWorker] = []
+        self._all: list[PopenWorker] = []
+        self._lock = threading.Lock()
+
+    def _take(self) -> PopenWorker:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            worker = PopenWorker(self.initializer, (), self.max_uses)
+            self._all.append(worker)
+            return worker
+
+    def _give(self, worker: PopenWorker) -> None:
+        with self._lock:
+            self._idle.append(worker)
+
+    def call(self, fn: Callable, args: tuple, kwargs: dict | None,
+             timeout_s: float | None) -> Any:
+        """fn(*args, **kwargs) in an idle process; raises TimeoutError after `timeout_s`
+        (that process is killed) and what fn raised."""
+        worker = self._take()
+        try:
+            worker.send(fn, args, kwargs, timeout_s)
+            return worker.recv()
+        finally:
+            self._give(worker)
+
+    @property
+    def started(self) -> int:
+        """Processes made so far (each started when first needed)."""
+        return len(self._all)
+
+    def view(self, width: int, timeout_s: float | None) -> Executor:
+        return Executor(self, width, timeout_s)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for worker in self._all:
+                worker.kill()
+            self._all, self._idle = [], []
+
+
+def for_rounds(max_uses: int) -> Processes:
+    """The processes of a round process (workers/measure.py): warm for building, recycled
+    after `max_uses` calls."""
+    from workers.builder import warm_build_process
+
+    return Processes(warm_build_process, max_uses)
+
+
+class Executor:
+    """At most `width` calls at once on `processes`, each bounded by `timeout_s`."""
+
+    def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:
+        self.processes = processes
+        self.timeout_s = timeout_s
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
+
+    def _call(self, fn: Callable, args: tuple, kwargs: dict | None) -> Any:
+        return self.processes.call(fn, args, kwargs, self.timeout_s)
+
+    def _caught(self, fn: Callable, arg: Any) -> MapResult:
+        try:
+            return MapResult(status=StatusKind.COMPLETE, value=self._call(fn, (arg,), None))
+        except TimeoutError as e:
+            return MapResult(status=StatusKind.TIMEOUT, value=e)
+        except Exception as e:  # noqa: BLE001 - returned to the caller, as TVM's pool does
+            return MapResult(status=StatusKind.EXCEPTION, value=e)
+
+    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        return self._threads.submit(self._call, fn, args, kwargs)
+
+    def map_with_error_catching(self, fn: Callable, items: Iterable[Any]) -> Iterator[MapResult]:
+        return self._threads.map(lambda x: self._caught(fn, x), items)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Ends this view's threads; the processes belong to `processes`."""
+        self._threads.shutdown(wait=wait)
