@@ -26,7 +26,6 @@ from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
-from tvm.support.popen_pool import PopenPoolExecutor
 
 from farm.core.profiles import DeviceProfile
 from farm.devices.tracker import parse_addr
@@ -38,8 +37,8 @@ from workers.procs import Processes
 @derived_object
 class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
     def __init__(self, tracker: str, profile: DeviceProfile, max_workers: int,
-                 run_timeout_s: float, policy: LostPolicy | None = None,
-                 processes: Processes | None = None) -> None:
+                 run_timeout_s: float, processes: Processes,
+                 policy: LostPolicy | None = None) -> None:
         host, port = parse_addr(tracker)
         super().__init__(
             rpc_config=RPCConfig(tracker_host=host, tracker_port=port, tracker_key=profile.key,
@@ -51,8 +50,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
             max_workers=max_workers,
         )
         self.pool.shutdown()  # measures on `processes` (the builder's too: workers/procs.py)
-        self.pool: Any = (processes.view(max_workers, run_timeout_s) if processes is not None
-                          else PopenPoolExecutor(max_workers=max_workers, timeout=run_timeout_s))
+        self.pool: Any = processes.view(max_workers, run_timeout_s)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)

@@ -1,8 +1,8 @@
 """TVM's RPC tracker and RPC server, run in this process.
 
     python -m farm.devices.rpcd tracker --host 127.0.0.1 --port 9190 [--port-end 9191]
-    python farm/devices/rpcd.py phone --tracker HOST:PORT --key KEY --host H --port P
-                                      [--port-end E] [--custom-addr ADDR]
+    python farm/devices/rpcd.py phone --tracker-host H --tracker-port P --key KEY --host H
+                                      --port P [--port-end E] [--custom-addr ADDR]
 
 `python -m tvm.exec.rpc_tracker` and `python -m tvm.exec.rpc_server` import TVM, then start a
 PopenWorker (a second Python process) that imports TVM again and runs the server there, so
@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="what", required=True)
     t = sub.add_parser("tracker")
     ph = sub.add_parser("phone")
-    ph.add_argument("--tracker", required=True, help="HOST:PORT")
+    # the tracker's address comes parsed (farm.devices.tracker.parse_addr, in the caller: the
+    # farm is not importable where this file runs under qemu)
+    ph.add_argument("--tracker-host", required=True)
+    ph.add_argument("--tracker-port", type=int, required=True)
     ph.add_argument("--key", required=True)
     ph.add_argument("--custom-addr", help="the address registered (default: where it connects "
                                           "from)")
@@ -68,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "tracker":
         serve_tracker(args.host, args.port, port_end, silent=not args.verbose)
     else:
-        host, port = args.tracker.rsplit(":", 1)
-        serve_phone(args.host, args.port, port_end, args.key, (host, int(port)),
-                    custom_addr=args.custom_addr)
+        serve_phone(args.host, args.port, port_end, args.key,
+                    (args.tracker_host, args.tracker_port), custom_addr=args.custom_addr)
     return 0
 
 

@@ -268,7 +268,6 @@ def _phones_ready(config: FarmConfig, tracker: str, group: services.ServiceGroup
     reported as such (with its log), not as a timeout."""
     from farm.devices.tracker import wait_for_phones
 
-    group.check_alive()
     # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
     wait_for_phones(tracker, config.device_key, config.phones, timeout_s=300 if arch else 60,
                     check=group.check_alive)

@@ -229,9 +229,12 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
             raise UsageError("phone_delay_s is for emulated phones of this machine's "
                              "architecture", subject=f"arch {arch}")
         from farm.devices import rpcd  # run by its path: the farm is not installed under qemu
+        from farm.devices.tracker import parse_addr
 
+        tracker_host, tracker_port = parse_addr(tracker)
         return start(f"phone-{key}-{index}",
-                     [*python, rpcd.__file__, "phone", "--tracker", tracker, "--key", key,
+                     [*python, rpcd.__file__, "phone", "--tracker-host", tracker_host,
+                      "--tracker-port", str(tracker_port), "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
                      log_dir, env)
