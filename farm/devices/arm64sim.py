@@ -31,7 +31,8 @@ TOOLS = {QEMU: "qemu-user-static", "debootstrap": "debootstrap",
          "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
 SUITE = "bookworm"  # Debian 12: Python 3.11, like the pinned tvm-ffi wheel (cp311)
 DEBS = "python3.11-minimal,libpython3.11-stdlib"
-WHEELS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy", "ml_dtypes",
+# ml_dtypes as pinned in pyproject.toml: 0.7.0 took 14 s to import under qemu, 0.6.0 4 s
+WHEELS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy", "ml_dtypes==0.6.0",
           "typing_extensions", "psutil", "cloudpickle", "tornado"]
 SITE = "/opt/farm-py"  # inside the root
 STAMP = "ready-v1"
@@ -70,14 +71,21 @@ def _run(argv: list[str], what: str, log_file: Path) -> None:
 
 def prepare(base: Path, mirror: str) -> Path:
     """The arm64 root under `base` (made on first use from Debian's `mirror`, ~250 MB, a
-    minute or two); returns its path."""
+    minute or two); returns its path. A root made with other wheels than WHEELS (its stamp
+    lists them) gets these installed over them."""
     check_tools()
     root = base / "rootfs"
+    stamp, wheels = base / STAMP, "".join(f"{w}\n" for w in WHEELS)
+    log_file = base / "setup.log"
     with _locked(base / "setup.lock"):
-        if (base / STAMP).is_file():
+        if stamp.is_file():
+            if stamp.read_text() != wheels:
+                log.warning("arm64-sim: installing the pinned wheels into %s", root)
+                _install_wheels(root, log_file)
+                _check_root(root, base)
+                stamp.write_text(wheels)
             _write_launcher(root)
             return root
-        log_file = base / "setup.log"
         log.warning("arm64-sim: making the emulated phone's arm64 root in %s (once)", base)
         if root.exists():
             shutil.rmtree(root)
@@ -88,19 +96,33 @@ def prepare(base: Path, mirror: str) -> Path:
         for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
             _run(["dpkg-deb", "-x", str(deb), str(root)], f"unpacking {deb.name}", log_file)
             deb.unlink()
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", f"{root}{SITE}",
-              "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
-              "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-              *WHEELS], "pip install of the aarch64 TVM wheels", log_file)
-        _write_launcher(root)
-        check = subprocess.run(
-            [*python_argv(root), "-c", "import tvm, platform; print(platform.machine())"],
-            env={**os.environ, **phone_env(1)}, capture_output=True, text=True, timeout=600)
-        if check.stdout.strip() != "aarch64":
-            raise ServiceError(f"TVM does not import in the arm64 root: {check.stderr[-500:]}",
-                               subject=str(root), hint=f"delete {base} and try again")
-        (base / STAMP).write_text("ok\n")
+        _install_wheels(root, log_file)
+        _check_root(root, base)
+        stamp.write_text(wheels)
         return root
+
+
+def _install_wheels(root: Path, log_file: Path) -> None:
+    """WHEELS into the root's SITE: into a new folder, then swapped in whole (pip's --target
+    over an older install leaves the older versions' metadata beside the new ones)."""
+    site, fresh = Path(f"{root}{SITE}"), Path(f"{root}{SITE}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(fresh),
+          "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
+          "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+          *WHEELS], "pip install of the aarch64 TVM wheels", log_file)
+    shutil.rmtree(site, ignore_errors=True)
+    fresh.rename(site)
+
+
+def _check_root(root: Path, base: Path) -> None:
+    _write_launcher(root)
+    check = subprocess.run(
+        [*python_argv(root), "-c", "import tvm, platform; print(platform.machine())"],
+        env={**os.environ, **phone_env(1)}, capture_output=True, text=True, timeout=600)
+    if check.stdout.strip() != "aarch64":
+        raise ServiceError(f"TVM does not import in the arm64 root: {check.stderr[-500:]}",
+                           subject=str(root), hint=f"delete {base} and try again")
 
 
 def _launcher(root: Path) -> Path:
