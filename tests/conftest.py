@@ -17,6 +17,8 @@ from farm.local import services
 # batch instead of MetaSchedule's 512: the tests tune a few trials a round, where the search,
 # not the phones, took most of a round's time (a warm 4-trial round: 5-8 s -> 2-3 s here)
 os.environ.setdefault("FARM_SEARCH_POPULATION", "64")
+# and measure on the emulated phones for 20 ms at least, not 100 (tests/farm.toml says why)
+os.environ.setdefault("FARM_CONFIG", str(Path(__file__).resolve().parent / "farm.toml"))
 
 
 @pytest.fixture(scope="session")
