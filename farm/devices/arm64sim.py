@@ -31,9 +31,10 @@ TOOLS = {QEMU: "qemu-user-static", "debootstrap": "debootstrap",
          "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
 SUITE = "bookworm"  # Debian 12: Python 3.11, like the pinned tvm-ffi wheel (cp311)
 DEBS = "python3.11-minimal,libpython3.11-stdlib"
-# ml_dtypes as pinned in pyproject.toml: 0.7.0 took 14 s to import under qemu, 0.6.0 4 s
-WHEELS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy", "ml_dtypes==0.6.0",
-          "typing_extensions", "psutil", "cloudpickle", "tornado"]
+# the root's Python packages: TVM, its FFI and ml_dtypes at the versions installed here, which
+# pyproject.toml pins (ml_dtypes 0.7.0 took 14 s to import under qemu, 0.6.0 4 s)
+SAME_AS_HERE = ["apache-tvm", "apache-tvm-ffi", "ml_dtypes"]
+OTHERS = ["numpy", "typing_extensions", "psutil", "cloudpickle", "tornado"]
 SITE = "/opt/farm-py"  # inside the root
 STAMP = "ready-v1"
 
@@ -69,48 +70,57 @@ def _run(argv: list[str], what: str, log_file: Path) -> None:
                            hint=f"see {log_file}")
 
 
+def wheels() -> list[str]:
+    """What pip installs into the root: SAME_AS_HERE at this machine's versions, OTHERS."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in SAME_AS_HERE] + OTHERS
+
+
 def prepare(base: Path, mirror: str) -> Path:
     """The arm64 root under `base` (made on first use from Debian's `mirror`, ~250 MB, a
-    minute or two); returns its path. A root made with other wheels than WHEELS (its stamp
-    lists them) gets these installed over them."""
+    minute or two); returns its path. A root made with other wheels (its stamp lists them)
+    gets these installed over them."""
     check_tools()
     root = base / "rootfs"
-    stamp, wheels = base / STAMP, "".join(f"{w}\n" for w in WHEELS)
+    stamp, wanted = base / STAMP, wheels()
     log_file = base / "setup.log"
     with _locked(base / "setup.lock"):
         if stamp.is_file():
-            if stamp.read_text() != wheels:
-                log.warning("arm64-sim: installing the pinned wheels into %s", root)
-                _install_wheels(root, log_file)
-                _check_root(root, base)
-                stamp.write_text(wheels)
-            _write_launcher(root)
-            return root
-        log.warning("arm64-sim: making the emulated phone's arm64 root in %s (once)", base)
-        if root.exists():
-            shutil.rmtree(root)
-        # --foreign: download and unpack, run nothing arm64 (no chroot, no binfmt_misc)
-        _run(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase",
-              f"--include={DEBS}", SUITE, str(root), mirror], "debootstrap of the arm64 root",
-             log_file)
-        for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
-            _run(["dpkg-deb", "-x", str(deb), str(root)], f"unpacking {deb.name}", log_file)
-            deb.unlink()
-        _install_wheels(root, log_file)
+            if sorted(stamp.read_text().split()) == sorted(wanted):
+                _write_launcher(root)
+                return root
+            log.warning("arm64-sim: installing the pinned wheels into %s", root)
+        else:
+            log.warning("arm64-sim: making the emulated phone's arm64 root in %s (once)", base)
+            _debootstrap(root, mirror, log_file)
+        _install_wheels(root, wanted, log_file)
         _check_root(root, base)
-        stamp.write_text(wheels)
+        stamp.write_text("".join(f"{w}\n" for w in wanted))
         return root
 
 
-def _install_wheels(root: Path, log_file: Path) -> None:
-    """WHEELS into the root's SITE: into a new folder, then swapped in whole (pip's --target
+def _debootstrap(root: Path, mirror: str, log_file: Path) -> None:
+    if root.exists():
+        shutil.rmtree(root)
+    # --foreign: download and unpack, run nothing arm64 (no chroot, no binfmt_misc)
+    _run(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase",
+          f"--include={DEBS}", SUITE, str(root), mirror], "debootstrap of the arm64 root",
+         log_file)
+    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
+        _run(["dpkg-deb", "-x", str(deb), str(root)], f"unpacking {deb.name}", log_file)
+        deb.unlink()
+
+
+def _install_wheels(root: Path, wanted: list[str], log_file: Path) -> None:
+    """`wanted` into the root's SITE: into a new folder, then swapped in whole (pip's --target
     over an older install leaves the older versions' metadata beside the new ones)."""
     site, fresh = Path(f"{root}{SITE}"), Path(f"{root}{SITE}.new")
     shutil.rmtree(fresh, ignore_errors=True)
     _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(fresh),
           "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-          *WHEELS], "pip install of the aarch64 TVM wheels", log_file)
+          *wanted], "pip install of the aarch64 TVM wheels", log_file)
     shutil.rmtree(site, ignore_errors=True)
     fresh.rename(site)
 
