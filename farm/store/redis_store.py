@@ -67,14 +67,16 @@ class RedisStore(RecordStore, RedisPhoneLedger):
         """The client (decode_responses: every reply is str, which redis-py's own types do not
         say, hence Any)."""
         if self._client is None:
-            self._client = redis.Redis.from_url(
+            client = redis.Redis.from_url(
                 self.url, decode_responses=True, socket_connect_timeout=5,
                 socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
             )
-            self._script = self._client.register_script(_KEEP_BEST)
-            self._lease = self._client.register_script(_LEASE)
-            self._release = self._client.register_script(_RELEASE_LEASE)
-            self._remove = self._client.register_script(_REMOVE)
+            self._script = client.register_script(_KEEP_BEST)
+            self._lease = client.register_script(_LEASE)
+            self._release = client.register_script(_RELEASE_LEASE)
+            self._remove = client.register_script(_REMOVE)
+            # published last: another thread that sees the client finds its scripts too
+            self._client = client
         return self._client
 
     def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
