@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-full bench-quality bench-spread bench-rss bench-warm venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,11 @@ bench-quality: venv
 # warm vs cold store: trials until a new workload is near its best, with the key's cost model
 bench-warm: venv
 	$(BIN)/python bench/warm.py
+
+# ... and on held-out models: a store filled by tuning the CNN and the transformer block, then
+# the mobile block (depthwise) tuned against it and against a fresh store, 64 trials per task
+bench-warm-model: venv
+	$(BIN)/python bench/warm_model.py --fill resnet,transformer --held-out mobile
 
 bench-rss: venv
 	$(BIN)/python bench/rss.py

@@ -127,8 +127,14 @@ def throughput(name: str, model: Path, trials: int, work: Path,
     plains, firsts = [], []
     for i in range(repeats):
         plains.append(plain_metaschedule(model, trials, work / f"plain-{name}-{i}"))
+        print(json.dumps({"model": name, "run": i, "side": "plain",
+                          "tune_s": round(plains[-1]["tune_s"], 1), "db": plains[-1]["db"]}),
+              flush=True)
         firsts.append(farm_submit(model, trials, work / f"farm-{name}-{i}",
                                   work / f"home-{name}-{i}", env=threads_env(1, work)))
+        print(json.dumps({"model": name, "run": i, "side": "farm",
+                          "tuning_s": round(firsts[-1]["tuning_s"], 1),
+                          "log": firsts[-1]["log"]}), flush=True)
     home = work / f"home-{name}-0"
     again = farm_submit(model, trials, work / f"farm2-{name}", home, env=threads_env(1, work))
     lat = latencies(model, 1, [p["db"] for p in plains] + [f["log"] for f in firsts])
@@ -298,8 +304,15 @@ def main() -> int:
     p.add_argument("--delay-s", type=float, default=0.5)
     p.add_argument("--scaling-trials", type=int, default=8)
     p.add_argument("--out", default=str(ROOT / "bench"))
+    p.add_argument("--work", default="",
+                   help="keep the stores, logs and tuned models here (default: a temporary "
+                        "folder, removed at the end)")
     args = p.parse_args()
     out = Path(args.out)
+    if args.work:  # kept: a long run's tuned logs can be timed again after it (bench/latency.py)
+        work = Path(args.work)
+        work.mkdir(parents=True, exist_ok=True)
+        return run_all(args, out, work)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     try:
         return run_all(args, out, work)
