@@ -184,11 +184,11 @@ def quality_row(name: str, lat: dict[str, Any], farm: dict[str, Any], home: Path
 
 
 def cores() -> int:
-    """The CPUs this process may run on (its affinity, not the machine's logical CPUs)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The cores this process may use (its affinity and cgroup quota, not the machine's
+    logical CPUs)."""
+    from farm.core.cores import usable_cores
+
+    return usable_cores()
 
 
 def thread_counts(asked: str) -> list[int]:

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from farm.core.cores import usable_cores
+
 BATCH = 16  # candidates per batch (workers/measure.py's BATCH)
 MAX_POOL = 6
 
@@ -135,7 +137,7 @@ class Gate:
         moving mean, so the host's speed follows the workloads' size."""
         if batches <= 0 or cpu_s <= 0:
             return
-        now = cpu_s / batches / (os.cpu_count() or 1)
+        now = cpu_s / batches / usable_cores()
         old = self.host_s()
         mean = now if old is None else 0.7 * old + 0.3 * now
         tmp = os.path.join(self.dir, f"host.json.{os.getpid()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -10,6 +11,7 @@ import time
 from dataclasses import replace
 
 from farm.core.config import FarmConfig
+from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
@@ -90,5 +92,6 @@ def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig
 
     size = pool_size(len(keys))
     log.info("worker: %d device key(s), a pool of %d round processes; rounds at once follow "
-             "the measured speeds of the phones and of this host", len(keys), size)
+             "the measured speeds of the phones and of this host (%d usable cores of %d: "
+             "affinity and cgroup quota)", len(keys), size, usable_cores(), os.cpu_count() or 1)
     return replace(config, worker_concurrency=size)

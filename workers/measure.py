@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
 import socket
 import tempfile
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.core.config import FarmConfig
+from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile, resolve_profile
@@ -65,7 +65,7 @@ class WorkerContext:
         """The search's threads: the host's cores shared by the rounds running at once."""
         if self.gate is None or self.config.search_cores > 0:
             return self.config.search_threads
-        return max(1, (os.cpu_count() or 1) // max(1, self.rounds_at_once))
+        return max(1, usable_cores() // max(1, self.rounds_at_once))
 
     def profile(self, key: str) -> DeviceProfile:
         return resolve_profile(key, self.config.profiles)

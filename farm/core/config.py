@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import tomllib
 
+from farm.core.cores import usable_cores
 from farm.core.errors import UsageError
 
 
@@ -52,7 +53,7 @@ class FarmConfig:
     # phones), 1 when they are emulated on this host (measurements must not share its cores)
     worker_concurrency: int = 0
     # build processes; a round builds, then measures, so builds may use every core
-    builder_workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    builder_workers: int = field(default_factory=usable_cores)
     builder_max_uses: int = 64  # a warm build process is recycled after this many builds
     # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
     # (a round searches, builds, then measures, so its search may use every core it has)
@@ -73,7 +74,7 @@ class FarmConfig:
     def search_threads(self) -> int:
         if self.search_cores > 0:
             return self.search_cores
-        return max(1, (os.cpu_count() or 1) // max(1, self.worker_concurrency))
+        return max(1, usable_cores() // max(1, self.worker_concurrency))
 
     @property
     def arm64_dir(self) -> Path:
