@@ -74,8 +74,10 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
 
 
 def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, trials: int,
-               work: Path) -> dict[str, Any]:
-    """One lab farm (hosts: each a list of its phones' delays), one job; its numbers."""
+               work: Path, pin: bool = False) -> dict[str, Any]:
+    """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
+    `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
+    only: each emulated host is a 1-core machine of its own."""
     from farm.devices.tracker import wait_for_phones
     from farm.local import services
     root = work / name
@@ -90,15 +92,22 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
         for h, delays in enumerate(hosts):
             tsvc, tracker = services.start_tracker(logs)
             group.add(tsvc)
+            cpu = {sorted(os.sched_getaffinity(0))[h % len(os.sched_getaffinity(0))]}
+            if pin:
+                os.sched_setaffinity(tsvc.pid, cpu)
             trackers.append(tracker)
             for i, d in enumerate(delays):
                 phone = group.add(services.start_phone(tracker, KEY, 10 * h + i, logs,
                                                        delay_s=d))
+                if pin:
+                    os.sched_setaffinity(phone.pid, cpu)
                 args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
                 delay_of[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
             wait_for_phones(tracker, KEY, len(delays), 60)
-            group.add(services.start_worker(tracker, url, logs, name=f"worker{h}",
-                                            extra=["--hostname", f"farm@host{h}"]))
+            worker = group.add(services.start_worker(tracker, url, logs, name=f"worker{h}",
+                                                     extra=["--hostname", f"farm@host{h}"]))
+            if pin:  # at once: its pool processes and their helpers inherit it
+                os.sched_setaffinity(worker.pid, cpu)
         for h in range(len(hosts)):
             wait_warm(logs / f"worker{h}.log", 1)
         # a lab worker has run rounds before: a small warm-up job of other workloads warms
@@ -132,6 +141,9 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--out", default=str(ROOT / "bench"))
     p.add_argument("--skip", default="", help="sections to skip: phones,hosts,mix")
+    p.add_argument("--pin", action="store_true",
+                   help="each emulated host (tracker, phones, worker) on one CPU of its own: "
+                        "1 host vs 2 hosts is then 1 core vs 2, as separate machines would be")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +164,7 @@ def main() -> int:
             configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
         for section, name, hosts in configs:
             row = {"section": section, **run_config(name.replace(" ", "-"), hosts, model,
-                                                    warm_up, args.trials, work)}
+                                                    warm_up, args.trials, work, args.pin)}
             row["config"] = name
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)
@@ -166,10 +178,11 @@ def main() -> int:
             r["speedup"] = round(r["job_trials_per_min"] / b["job_trials_per_min"], 2)
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or
             platform.machine(), "cores": os.cpu_count(), "delay_s": d, "trials_per_task":
-            args.trials, "layers": args.layers}
+            args.trials, "layers": args.layers, "pinned": args.pin}
     (out / "scaling.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = [f"# Scaling ({meta['date']}, {meta['cores']} cores, phones sleeping {d} s a "
-             f"measurement, {args.layers} tasks x {args.trials} trials)", "", __doc__.split(
+             f"measurement, {args.layers} tasks x {args.trials} trials"
+             f"{', each host pinned to one CPU' if args.pin else ''})", "", __doc__.split(
                  "\n\n", 1)[1].strip(), "",
              "| section | config | phones | trials | tuning s | job trials/min | speed-up | "
              "job efficiency | phone utilization |", "|---|---|---|---|---|---|---|---|---|"]
