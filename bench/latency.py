@@ -1,12 +1,14 @@
 """A model's latencies with a given number of threads: torch eager, untuned TVM and TVM built
 with each given tuning log, all timed in this one fresh process, one after another.
 
-    python bench/latency.py MODEL --threads N [--log DIR ...]
+    python bench/latency.py MODEL --threads N [--log DIR ...] [--rounds R]
 
 Prints one JSON object: {"threads", "target", "torch_us", "torch_us_runs", "untuned_us",
 "tuned_us": [...]}: torch is timed before and after TVM, and torch_us is the lower median.
-bench/run.py starts it once per (model, threads): TVM's thread pool takes its size from
-TVM_NUM_THREADS when the process first uses it, so a thread count is a process of its own.
+TVM's thread pool takes its size from TVM_NUM_THREADS when the process first uses it, so a
+thread count is a process of its own. bench/run.py times each (model, threads) 3 times
+(`latencies()`, as `--rounds 3`): 3 fresh processes, the logs in another order in each, and
+reports the medians over the 3; every timing is in the JSON's "rounds".
 
 The target is the one the farm tunes `cpu-local` for (bench_profile): this machine's CPU as
 mcpu and num-cores = threads. Compiling a tuned log for another target (e.g. without mcpu)
@@ -70,7 +72,34 @@ class Reference:
         return us
 
 
-def latencies(model: Path, threads: int, logs: list[str]) -> dict[str, Any]:
+def latencies(model: Path, threads: int, logs: list[str], rounds: int = 3) -> dict[str, Any]:
+    """Time the model `rounds` times, each in a fresh process with `threads` threads, the
+    logs in another order each time (rotated, every other round reversed); the medians over
+    the rounds. One timing of one log came out 2x slower than its others on this noisy
+    machine (2026-12-04: 256.8 us against 121.9-131.7 in four re-timings): a single pass in
+    one order can make one tuning run look like another's loss."""
+    import statistics
+
+    runs = []
+    for r in range(max(1, rounds)):
+        order = list(range(len(logs)))
+        order = order[r % len(order):] + order[:r % len(order)] if order else order
+        if r % 2:
+            order.reverse()
+        got = _time_once(model, threads, [logs[i] for i in order])
+        tuned = [0.0] * len(logs)
+        for pos, i in enumerate(order):
+            tuned[i] = got["tuned_us"][pos]
+        runs.append({**got, "tuned_us": tuned})
+    return {"threads": threads, "target": runs[0]["target"],
+            "torch_us": statistics.median(x["torch_us"] for x in runs),
+            "untuned_us": statistics.median(x["untuned_us"] for x in runs),
+            "tuned_us": [statistics.median(x["tuned_us"][i] for x in runs)
+                         for i in range(len(logs))],
+            "rounds": [{k: x[k] for k in ("torch_us", "untuned_us", "tuned_us")} for x in runs]}
+
+
+def _time_once(model: Path, threads: int, logs: list[str]) -> dict[str, Any]:
     """Run this file in a fresh process with `threads` threads; its JSON."""
     import subprocess
 
@@ -90,7 +119,13 @@ def main() -> int:
     p.add_argument("model")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--log", action="append", default=[], help="a tuned JSONDatabase folder")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="> 1: time it this many times, each a fresh process, the logs in "
+                        "another order each time; print the medians (latencies())")
     args = p.parse_args()
+    if args.rounds > 1:
+        print(json.dumps(latencies(Path(args.model), args.threads, args.log, args.rounds)))
+        return 0
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         raise SystemExit(f"set TVM_NUM_THREADS={args.threads} in this process's environment "
                          f"(TVM sizes its thread pool from it)")

@@ -252,7 +252,9 @@ HOW = {
         "tune_tasks call vs the farm's first round sent -> last task done (includes the "
         "worker's warm-up when it was not done yet). Both tuned models are re-timed here, "
         "same build, VM time_evaluator, 1 thread, median of 30 repeats of >= 5 runs (min 50 ms), "
-        "in one fresh process (bench/latency.py), for the farm's target (this CPU as mcpu). "
+        "in a fresh process (bench/latency.py), for the farm's target (this CPU as mcpu), 3 "
+        "times, the logs in another order each time (rotated, every other pass reversed): "
+        "each log's latency is the median of its 3 timings. "
         "runs = tuning runs per side (interleaved plain, farm, plain, farm...); wall times and "
         "tuned_us are medians over them, *_runs list every run's tuned latency; ratio_tuned_us "
         "= farm / plain median tuned latency (< 1: the farm's model is faster)."),
@@ -265,7 +267,8 @@ HOW = {
         "(n x measured_per_s(1)). job_* = the same over the whole tuning phase, which also "
         "searches and builds on the host (not parallel over phones)."),
     "quality": (
-        "All three latencies timed in one fresh process (bench/latency.py), one after another, "
+        "All three latencies timed in a fresh process (bench/latency.py), one after another, "
+        "3 times (each a fresh process; medians of the 3), "
         "with `threads` threads (torch.set_num_threads, TVM_NUM_THREADS): torch eager = median "
         "of 150 runs, timed before and after TVM, the lower of the two; TVM = median of 30 repeats of >= 5 runs, built for the target the farm "
         "tuned (this CPU as mcpu, num-cores = threads; checked against the job's summary). "
