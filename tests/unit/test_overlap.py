@@ -3,10 +3,10 @@ its phones and of itself, one at a time where fast phones share its CPU."""
 
 from __future__ import annotations
 
-import os
 import socket
 
 from farm.core.config import load_config
+from farm.core.cores import usable_cores
 from farm.devices.tracker import this_host_addresses
 from workers.gate import Gate, pool_size, rounds_at_once
 
@@ -30,7 +30,7 @@ def test_two_rounds_keep_the_slower_side_busy_one_where_fast_phones_share_the_cp
 def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path):
     gate = Gate(str(tmp_path / "gate"), pool=3)
     assert gate.host_s() is None
-    cores = os.cpu_count() or 1
+    cores = usable_cores()  # the worker's, not the machine's (farm/core/cores.py)
     gate.note_host_s(12.0 * cores, 4)  # CPU seconds of the whole host
     gate.note_host_s(6.0 * cores, 3)
     assert abs(gate.host_s() - (0.7 * 3.0 + 0.3 * 2.0)) < 1e-9
@@ -97,7 +97,5 @@ def test_concurrency_is_automatic_by_default_and_search_threads_follow_it():
     cfg = load_config(env={})
     assert cfg.worker_concurrency == 0 and cfg.search_threads >= 1
     two = load_config(env={"FARM_WORKER_CONCURRENCY": "2", "FARM_SEARCH_CORES": "0"})
-    import os
-
-    assert two.search_threads == max(1, (os.cpu_count() or 1) // 2)
+    assert two.search_threads == max(1, usable_cores() // 2)
     assert load_config(env={"FARM_SEARCH_CORES": "3"}).search_threads == 3
