@@ -31,7 +31,11 @@ def test_pool_child_killed_mid_round(healthy, tmp_path):
     def kill_pool_child():
         assert kill_pool(healthy.worker), "the worker has no pool child"
 
-    summary = run_through_fault(healthy, tmp_path, kill_pool_child, width=52)
+    # 24 trials: a round is 2 batches (16 + 8), and its first records are committed after the
+    # first, so the kill lands while that round still runs its second. With 12 (one batch),
+    # the first records came at the end of a round, and once the job's two rounds had ended
+    # together the kill hit no round at all (0 retries: a clean-clone run of 2026-12-04)
+    summary = run_through_fault(healthy, tmp_path, kill_pool_child, trials=24, width=52)
     assert sum(t["retries"] for t in summary["tasks"]) >= 1, summary["tasks"]
 
 
