@@ -89,10 +89,11 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
         redis_svc, url = services.start_redis(root / "redis", logs)
         group.add(redis_svc)
         trackers = []
+        cpus = sorted(os.sched_getaffinity(0))  # host h runs on cpus[h] when pinned
         for h, delays in enumerate(hosts):
             tsvc, tracker = services.start_tracker(logs)
             group.add(tsvc)
-            cpu = {sorted(os.sched_getaffinity(0))[h % len(os.sched_getaffinity(0))]}
+            cpu = {cpus[h % len(cpus)]}
             if pin:
                 os.sched_setaffinity(tsvc.pid, cpu)
             trackers.append(tracker)

@@ -34,24 +34,28 @@ from run import ROOT, farm_submit, threads_env  # bench/: this script's folder
 WITHIN = 0.10
 
 
-def curve(home: Path, job_id: str, workload_key: str) -> list[float]:
-    """The best run time so far (us) after each trial the job measured, in measuring order."""
+def curves(home: Path, job_id: str, workload_keys: list[str]) -> dict[str, list[float]]:
+    """Per workload, the best run time so far (us) after each trial the job measured, in
+    measuring order; the home's store opened once (an embedded Redis started for it)."""
     from farm.core.config import load_config
     from farm.local.embedded import embedded_store_url
     from farm.store import open_store
 
+    out: dict[str, list[float]] = {}
     with embedded_store_url(load_config(env={"FARM_HOME": str(home)})) as url:
         store = open_store(url)
         try:
-            recs = sorted((r for r in store.records(workload_key) if r.job_id == job_id),
-                          key=lambda r: r.measured_at)
+            for wk in workload_keys:
+                recs = sorted((r for r in store.records(wk) if r.job_id == job_id),
+                              key=lambda r: r.measured_at)
+                best, points = float("inf"), []
+                for r in recs:
+                    if r.valid:
+                        best = min(best, float(r.run_us))  # type: ignore[arg-type]
+                    points.append(best)
+                out[wk] = points
         finally:
             store.close()
-    best, out = float("inf"), []
-    for r in recs:
-        if r.valid:
-            best = min(best, float(r.run_us))  # type: ignore[arg-type]
-        out.append(best)
     return out
 
 
@@ -73,22 +77,25 @@ def held_out(name: str, model: Path, trials: int, fill_home: Path, work: Path,
         print(f"{name} {side}: {runs[side][1]['trials']} trials, "
               f"{time.monotonic() - t0:.0f} s", flush=True)
     rows = []
-    for task in runs["cold"][1]["summary"]["tasks"]:
+    tasks = runs["cold"][1]["summary"]["tasks"]
+    keys = [t["workload_key"] for t in tasks]
+    by_side = {side: curves(home, run["summary"]["job_id"], keys)
+               for side, (home, run) in runs.items()}
+    for task in tasks:
         wk = task["workload_key"]
         warm_task = next(t for t in runs["warm"][1]["summary"]["tasks"]
                          if t["workload_key"] == wk)
-        curves = {side: curve(home, run["summary"]["job_id"], wk)
-                  for side, (home, run) in runs.items()}
-        if not curves["cold"] or not curves["warm"]:
+        pts = {side: by_side[side][wk] for side in by_side}
+        if not pts["cold"] or not pts["warm"]:
             continue  # nothing measured on one side (a single-schedule task, or all stored)
-        ref = min(curves["cold"][-1], curves["warm"][-1])
+        ref = min(pts["cold"][-1], pts["warm"][-1])
         rows.append({"model": name, "task": task["name"],
                      "shared": warm_task["trials_from_store"] > 0,
-                     "cold": to_within(curves["cold"], ref, trials),
-                     "warm": to_within(curves["warm"], ref, trials),
-                     "cold_best_us": round(curves["cold"][-1], 1),
-                     "warm_best_us": round(curves["warm"][-1], 1),
-                     "cold_trials": len(curves["cold"]), "warm_trials": len(curves["warm"])})
+                     "cold": to_within(pts["cold"], ref, trials),
+                     "warm": to_within(pts["warm"], ref, trials),
+                     "cold_best_us": round(pts["cold"][-1], 1),
+                     "warm_best_us": round(pts["warm"][-1], 1),
+                     "cold_trials": len(pts["cold"]), "warm_trials": len(pts["warm"])})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
