@@ -15,7 +15,11 @@ workload it tunes. Two things keep a round of the farm from starting that blind:
   by a quarter since; one trainer at a time), not per round from scratch: each
   record's features are computed once and cached in the store. A round whose
   workload has fewer own records than XGBModel's warm-up ranks its candidates with
-  the key's model until its own model has seen enough (`RankedModel`).
+  the key's model until its own model has seen enough (`RankedModel`), and from its
+  first samples on with the key's model *corrected* by them: a small booster fitted on
+  the workload's own samples (stored, and every batch the round measured so far),
+  boosting from the key's scores (`KeyModel.fit_correction`). The key's model alone
+  would rank the whole round the same, whatever its phones measure.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ MIN_GROWTH = 32  # ... and by at least this many records
 PER_WORKLOAD = 256  # records of one workload the key's model learns from (best first)
 FEATURIZE_LIMIT = 2048  # records featurized per training: a big store is caught up over several
 TRAIN_CLAIM_S = 120  # one trainer per key at a time, and a key retrained at most this often
+CORRECTION_MIN = 8  # valid samples of a round's workload before they correct the key's ranking
+CORRECTION_PARAMS = {"max_depth": 4, "min_child_weight": 1.0, "eta": 0.2}  # small, few samples
+CORRECTION_ROUNDS = 40
 NEGATIVES = ("build", "runtime", "timeout", "wrong_answer", "culprit")  # failures it learns from
 
 
@@ -130,8 +137,9 @@ class KeyModel:
         return (f"{self.mkey} v{self.version} ({self.fields.get('trained_on', '?')} records of "
                 f"{self.fields.get('workloads', '?')} workloads)")
 
-    def predict(self, xs: list[np.ndarray]) -> np.ndarray:
-        """A score per candidate (higher: faster) from each candidate's feature matrix."""
+    def predict(self, xs: list[np.ndarray], correction: Any = None) -> np.ndarray:
+        """A score per candidate (higher: faster) from each candidate's feature matrix; with
+        `correction` (a booster `fit_correction` made), the key's scores as corrected by it."""
         import xgboost as xgb
 
         scores = np.zeros(len(xs))
@@ -139,8 +147,30 @@ class KeyModel:
         if not rows:
             return scores
         ids = np.concatenate([[i] * len(x) for i, x in enumerate(xs) if x is not None and len(x)])
-        pred = self.booster.predict(xgb.DMatrix(np.concatenate(rows, axis=0)))
+        data = xgb.DMatrix(np.concatenate(rows, axis=0))
+        pred = self.booster.predict(data, output_margin=True)
+        if correction is not None:
+            data.set_base_margin(pred)  # the correction boosts on from the key's scores
+            pred = correction.predict(data, output_margin=True)
         return np.bincount(ids.astype(np.int64), weights=pred, minlength=len(xs))
+
+    def fit_correction(self, xs: list[np.ndarray], ys: np.ndarray, threads: int = 1) -> Any:
+        """A booster that corrects this model's scores for one workload from its own samples
+        (feature matrices, scores min cost / cost): trained by MetaSchedule's pack-sum loss,
+        starting from this model's per-store scores instead of from zero (boosting from a
+        prior). A few samples move the key's ranking where they disagree with it and leave
+        it elsewhere; None while there are too few valid samples to learn from."""
+        import xgboost as xgb
+        from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
+
+        keep = [i for i, x in enumerate(xs) if x is not None and len(x)]
+        if sum(1 for i in keep if ys[i] > 1e-6) < CORRECTION_MIN:  # failures score ~1e-15
+            return None
+        data = PackSum(xs=[xs[i] for i in keep], ys=ys[keep])
+        data.dmatrix.set_base_margin(self.booster.predict(data.dmatrix, output_margin=True))
+        params = XGBConfig(nthread=threads).to_dict() | CORRECTION_PARAMS
+        return xgb.train(params, data.dmatrix, num_boost_round=CORRECTION_ROUNDS,
+                         obj=lambda pred, _data: data.obj_square_error(pred))
 
 
 def key_records(store: RecordStore, mkey: str) -> int:
@@ -221,27 +251,55 @@ def key_model(store: RecordStore, task: TuneTask, threads: int = 1) -> KeyModel 
 
 @derived_object
 class RankedModel(PyCostModel):
-    """The round's own XGBModel, ranking with the key's model until its own has warmed up."""
+    """The round's own XGBModel, ranking with the key's model until its own has warmed up:
+    the key's scores corrected by the workload's own samples (stored and of this round's
+    batches so far), refitted after every batch, so the round's ranking learns from what its
+    phones measure instead of staying the key's for the whole round."""
 
-    def __init__(self, own: Any, key: KeyModel) -> None:
+    def __init__(self, own: Any, key: KeyModel, threads: int = 1) -> None:
         super().__init__()
         self.own = own
         self.key = key
+        self.threads = threads
+        self.correction: Any = None
+        self.corrected_on = 0  # own samples the correction learned from
+        self._refit()
 
     def load(self, path: str) -> None:
         self.own.load(path)
+        self._refit()
 
     def save(self, path: str) -> None:
         self.own.save(path)
 
+    def warm(self) -> bool:
+        return self.own.data_size >= self.own.num_warmup_samples and self.own.booster is not None
+
     def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
         self.own.update(context, candidates, results)
+        self._refit()
+
+    def _refit(self) -> None:
+        groups = list(self.own.data.values())
+        if self.warm() or not groups:
+            self.correction, self.corrected_on = None, 0
+            return
+        xs = [x for g in groups for x in g.features]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ys = np.concatenate([np.divide(g.min_cost, g.costs, out=np.zeros_like(g.costs),
+                                           where=g.costs != 0) for g in groups])
+        try:
+            self.correction = self.key.fit_correction(xs, ys.astype(np.float32), self.threads)
+        except Exception as e:  # noqa: BLE001 - the key's ranking alone is still a ranking
+            log.warning("the key's ranking could not be corrected by the round's samples: %s", e)
+            self.correction = None
+        self.corrected_on = len(xs) if self.correction is not None else 0
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
-        if self.own.data_size >= self.own.num_warmup_samples and self.own.booster is not None:
+        if self.warm():
             return self.own.predict(context, candidates)
         xs = [x.numpy().astype("float32") for x in self.own.extractor.extract_from(context, candidates)]
-        return self.key.predict(xs)
+        return self.key.predict(xs, self.correction)
 
 
 def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
@@ -289,4 +347,4 @@ def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: 
         key = None
     if key is None:
         return own, learned, "own records" if learned else ""
-    return RankedModel(own, key), learned, f"key model {key.describe()}"
+    return RankedModel(own, key, threads), learned, f"key model {key.describe()}"

@@ -178,3 +178,43 @@ def test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it(farm_s
     assert fields["excluded"] == ""
     # its first candidates were ranked by the key's model (not sampled at random)
     assert result.ranked_by.startswith(f"key model {mkey} v{fields['version']} "), result
+
+
+def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_store):
+    """Until the workload's own model has warmed up (100 samples), RankedModel ranks with the
+    key's model corrected by the samples the round measured so far: a batch that contradicts
+    the key's ranking turns it (the key's model alone would rank the same all round)."""
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from farm.pipeline.extract import load_mod
+    from workers import costmodel
+
+    store, profile, tasks, _ = farm_store
+    mkey = model_key(profile.key, profile.target_json())
+    held = tasks[0]
+    key = costmodel.train(store, mkey, exclude=(held.workload_key,))
+    assert key is not None
+    workload = Workload(load_mod(held))
+    recs = [r for r in store.records(held.workload_key) if r.valid][:16]
+    cands = [TuningRecord.from_json(r.record, workload).as_measure_candidate() for r in recs]
+    context = TuneContext(mod=workload.mod, target=tvm.target.Target(held.target),
+                          task_name="ranked", num_threads=1)
+    ranked = costmodel.RankedModel(XGBModel(num_tuning_cores=1), key)
+    before = ranked.predict(context, cands)
+    feats = [x.numpy() for x in ranked.own.extractor.extract_from(context, cands)]
+    assert np.allclose(before, key.predict(feats))  # no samples yet: the key's scores
+    # the batch says the opposite of the key: what it ranks first ran slowest
+    order = np.argsort(-before)  # the key's first pick first
+    fake_us = np.empty(len(cands))
+    fake_us[order] = np.linspace(400.0, 100.0, len(cands))
+    ranked.update(context, cands, [RunnerResult(run_secs=[u * 1e-6], error_msg=None)
+                                   for u in fake_us])
+    after = ranked.predict(context, cands)
+    assert rank_correlation(before, fake_us) < -0.9  # the key's ranking, against the batch
+    # measured: 0.9+ (the correction fits the batch it learned from)
+    assert rank_correlation(after, fake_us) > 0.5, (after, fake_us)
+    assert ranked.corrected_on == len(cands) and not ranked.warm()
