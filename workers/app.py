@@ -7,6 +7,7 @@ runner, TVM) in `_PROCESS`, set up by `worker_process_init`; nothing else is glo
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import signals
@@ -20,6 +21,7 @@ from farm.pipeline.plan import continue_job
 from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
 from farm.store.store import updated
 from workers.fence import RoundFence, RoundStopped
+from workers.handoff import HOLD_S
 from workers.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, run_round
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,8 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     finally:
         fence.exit(done)
     continue_job(_PROCESS["app"], store, req, result)
+    if result.handed_off:  # stay busy a moment: the idle host, not this one, takes the rest
+        time.sleep(HOLD_S)
     return result.to_json()
 
 

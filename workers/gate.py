@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import time
@@ -114,6 +115,21 @@ class Gate:
                     f.close()
                 return
             time.sleep(try_s)
+
+    def running(self, key: str) -> int:
+        """Rounds of `key` holding a slot now: each slot's lock tried, never waited for (a
+        round taking a slot that moment tries it again in `slot`'s next pass)."""
+        name = key.replace("/", "_")
+        held = 0
+        for path in glob.glob(os.path.join(self.dir, f"slot-{glob.escape(name)}-*")):
+            with open(path, "a") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    held += 1
+                    continue
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return held
 
     def first_to(self, what: str) -> bool:
         """True for the first pool process that asks (once per worker and `what`)."""

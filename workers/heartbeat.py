@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class Heartbeat(threading.Thread):
     def __init__(self, app: Any, store: RecordStore, name: str, tracker: str, queues: set[str],
                  follow_tracker: bool, ttl_s: int, interval_s: float | None = None,
-                 grace_s: float = 300.0) -> None:
+                 grace_s: float = 300.0, gate: Any = None) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
         self.store = store  # thread-safe: redis-py's client pools its connections
@@ -41,6 +41,7 @@ class Heartbeat(threading.Thread):
         self.counted_at = time.monotonic()  # phones' work time is counted up to here
         self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
         self.last_seen: dict[str, float] = {q: time.time() for q in queues}
+        self.gate = gate  # workers/gate.py: the rounds of each key running now
         self.stopping = threading.Event()
 
     def beat(self) -> None:
@@ -57,7 +58,8 @@ class Heartbeat(threading.Thread):
         self.store.publish_host(HostBeat(
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
-            cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()}),
+            cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()},
+            rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {}),
             ttl_s=self.ttl_s)
 
     def _count_work(self, found: dict[str, tracker_mod.KeyInfo]) -> None:

@@ -39,16 +39,13 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     gated = config.worker_concurrency == 0
     config = _concurrency(config, found, keys)
     from workers.app import build_app
+    from workers.gate import Gate
     from workers.heartbeat import Heartbeat
     from workers.supervisor import Supervisor
 
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
-        from workers.measure import preload
-
-        t0 = time.monotonic()
-        preload()
-        log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
+        _preload()
     name = hostname or f"farm@{socket.gethostname()}"
     gate_dir = tempfile.mkdtemp(prefix="farm-gate-") if gated else None  # its pool's slots
     app = build_app(config, tracker, name, gate_dir=gate_dir)
@@ -56,7 +53,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
     beat = Heartbeat(app, store, name, tracker, queues,
                      follow_tracker=not explicit_keys, ttl_s=config.host_ttl_s,
-                     grace_s=config.device_wait_s)
+                     grace_s=config.device_wait_s,
+                     gate=Gate(gate_dir, config.worker_concurrency) if gate_dir else None)
     beat.beat()
     beat.start()
     broker = open_broker(str(config.broker_url))
@@ -81,6 +79,14 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         if gate_dir:
             shutil.rmtree(gate_dir, ignore_errors=True)
     return 0
+
+
+def _preload() -> None:
+    from workers.measure import preload
+
+    t0 = time.monotonic()
+    preload()
+    log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
 
 
 def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:

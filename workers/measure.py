@@ -27,10 +27,10 @@ from farm.devices import tracker as tracker_mod
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, TaskState
 from farm.store.store import updated
+from workers.handoff import checker
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
-VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
 ENDED = ("cancelled", "finalized", "failed")
 
@@ -206,19 +206,6 @@ def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None
                              "its own device key")
 
 
-def to_verify(store: RecordStore, wk: str) -> list[Any]:
-    """The stored records of `wk` a round measures first: valid records the farm does not
-    trust (imported, or measured with another TVM) that claim to beat the best verified one,
-    the best claims first (at most VERIFY_TOP)."""
-    import tvm
-
-    best = store.best(wk)
-    claims = [r for r in store.records(wk) if r.valid and not r.trusted(tvm.__version__)
-              and (best is None or r.run_us < best.run_us)]  # type: ignore[operator]
-    claims.sort(key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
-    return claims[:VERIFY_TOP]
-
-
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
               on_progress: Any = None) -> RoundResult:
     """Measure up to `req.trials` new candidates of one workload on this host's phones.
@@ -302,7 +289,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.callback import RoundCounters, StoreCallback
     from workers.costmodel import round_model
     from workers.database import StoreDatabase
-    from workers.search import StoreAwareSearch, evolutionary
+    from workers.search import StoreAwareSearch, evolutionary, to_verify
 
     profile = ctx.profile(req.device_key)
     phones = _start(ctx, store, req, prior, profile, task.target)
@@ -320,7 +307,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
                               inner=evolutionary(ctx.config.search_population),
                               cold=not ranked_by and not single,  # ... is sampled at random
                               verify=[] if single else to_verify(store, req.workload_key),
-                              tvm_version=tvm.__version__)
+                              tvm_version=tvm.__version__, stop=checker(ctx, store, req),
+                              want=trials)
     counters, work_dir = RoundCounters(), tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
     spans = {"key": req.device_key, "task": task.name, "batch": req.round_id}  # phones' time
@@ -335,7 +323,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
              f", {len(search.verify)} imported records to verify" if search.verify else "")
     try:
         ms.tune_tir(
-            mod, target, work_dir=work_dir, max_trials_global=trials,
+            mod, target, work_dir=work_dir, max_trials_global=2 * trials,  # search stops at `trials` new
             num_trials_per_iter=min(BATCH, trials),
             builder=ctx.builder(profile), runner=runner,
             database=database, cost_model=cost_model if cost_model is not None else "xgb",
@@ -351,8 +339,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     finally:
         runner.set_reference(None)
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _result(ctx, req, task, counters, search.counts["skipped"], trials, single, t0,
-                   ranked_by)
+    return _result(ctx, req, task, counters, search.counts, trials, single, t0, ranked_by)
 
 
 def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState,
@@ -384,8 +371,10 @@ def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
         return None
 
 
-def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any, skipped: int,
-            trials: int, single: bool, t0: float, ranked_by: str = "") -> RoundResult:
+def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any,
+            counts: dict[str, int], trials: int, single: bool, t0: float,
+            ranked_by: str = "") -> RoundResult:
+    skipped = counts["skipped"]
     log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
              "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,
              ctx.host, counters.new, counters.valid, skipped, counters.duplicates,
@@ -396,5 +385,5 @@ def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any, ski
         duplicates=counters.duplicates + skipped, single_schedule=single,
         failures=dict(counters.failures), device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
-        ranked_by=ranked_by,
+        ranked_by=ranked_by, handed_off=bool(counts.get("handed_off")),
     )

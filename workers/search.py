@@ -37,6 +37,7 @@ from farm.store.store import FAILED_RUN_SECS
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
+VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
 
 
 def record_of(cand: Any, workload: Workload, target: Any,
@@ -46,10 +47,26 @@ def record_of(cand: Any, workload: Workload, target: Any,
                         cand.args_info).as_json()
 
 
+UNMEASURED = RunnerResult(run_secs=None, error_msg="not measured: the round had its trials")
+
+
 def stored_result(rec: StoredRecord) -> RunnerResult:
     if rec.valid:
         return RunnerResult(run_secs=[float(rec.run_us) * 1e-6], error_msg=None)  # type: ignore[arg-type]
     return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
+
+
+def to_verify(store: RecordStore, wk: str) -> list[Any]:
+    """The stored records of `wk` a round measures first: valid records the farm does not
+    trust (imported, or measured with another TVM) that claim to beat the best verified one,
+    the best claims first (at most VERIFY_TOP)."""
+    import tvm
+
+    best = store.best(wk)
+    claims = [r for r in store.records(wk) if r.valid and not r.trusted(tvm.__version__)
+              and (best is None or r.run_us < best.run_us)]  # type: ignore[operator]
+    claims.sort(key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
+    return claims[:VERIFY_TOP]
 
 
 def evolutionary(population: int = 512) -> Any:
@@ -64,7 +81,7 @@ class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
                  inner: Any = None, counts: dict[str, int] | None = None,
                  cold: bool = False, verify: list[StoredRecord] | None = None,
-                 tvm_version: str = "") -> None:
+                 tvm_version: str = "", stop: Any = None, want: int = 0) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -73,7 +90,12 @@ class StoreAwareSearch(PySearchStrategy):
         self.inner = inner if inner is not None else evolutionary()
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
-        self.counts = counts if counts is not None else {"skipped": 0}
+        self.counts = counts if counts is not None else {"skipped": 0, "batches": 0, "fresh": 0}
+        # new candidates the round measures (0: as many as the search proposes); the search
+        # is given more trials than this (measure.py), as stored proposals use up its trials
+        self.want = want
+        # asked before every batch after the first: True ends the round there (workers/handoff.py)
+        self.stop = stop
         self._batch: tuple[list[Any], dict[int, StoredRecord], dict[int, int], list[int]] | None = None
         self.cold = cold
         # the random first batch of a cold workload; dropped once its results are in
@@ -173,6 +195,12 @@ class StoreAwareSearch(PySearchStrategy):
                 self._verifying = True
                 self._batch = (cands, {}, {}, list(range(len(cands))))
                 return cands
+        left = self.want - self.counts["fresh"] if self.want else 1
+        if left <= 0:
+            return None  # the round measured what it was asked for
+        if self.stop is not None and self.counts["batches"] and self.stop():
+            self.counts["handed_off"] = 1
+            return None
         for _ in range(MAX_KNOWN_BATCHES):
             cands = self._propose()
             if cands is None:
@@ -181,7 +209,11 @@ class StoreAwareSearch(PySearchStrategy):
             known, twins = self._sort(cands)
             self.counts["skipped"] += len(known) + len(twins)
             fresh = [i for i in range(len(cands)) if i not in known and i not in twins]
+            if self.want:
+                fresh = fresh[:left]  # the rest of the batch is told as not measured
             if fresh:
+                self.counts["batches"] += 1
+                self.counts["fresh"] += len(fresh)
                 self._batch = (cands, known, twins, fresh)
                 return [cands[i] for i in fresh]
             self._tell(cands, [stored_result(known[twins.get(i, i)]) for i in range(len(cands))])
@@ -200,10 +232,10 @@ class StoreAwareSearch(PySearchStrategy):
         full = []
         for i in range(len(cands)):
             j = twins.get(i, i)  # a twin gets the result of the one measured
-            full.append(stored_result(known[j]) if j in known else measured[j])
+            full.append(stored_result(known[j]) if j in known else measured.get(j, UNMEASURED))
         self._tell(cands, full)
 
     def clone(self) -> Any:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
                                 self.inner.clone(), self.counts, self.cold, self.verify,
-                                self.tvm_version)
+                                self.tvm_version, self.stop, self.want)

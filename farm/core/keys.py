@@ -158,6 +158,12 @@ def host_pattern() -> str:
     return key_for("host", "*")
 
 
+def handoff(device_key: str, host_name: str) -> str:
+    """String: a round handed the rest of its trials to this idle host (workers/handoff.py);
+    expires once the host's heartbeats can show it busy."""
+    return key_for("handoff", device_key, host_name)
+
+
 # --- phones (a phone: its device key and the address it registered at its tracker) ----
 def phone(device_key: str, addr: str) -> str:
     """Hash: one phone's totals (busy_s, work_s, measurements, device_lost, worker, last_at);

@@ -131,6 +131,7 @@ class RoundResult(_Message):
     skipped: bool = False  # a redelivered round that had already run
     ranked_by: str = ""  # what ranked its candidates first (own records, the key's model)
     single_schedule: bool = False  # the workload has exactly one possible schedule
+    handed_off: bool = False  # ended early: the rest of its trials went to an idle host
 
 
 @dataclass(frozen=True)

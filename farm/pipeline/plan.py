@@ -108,7 +108,8 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
     verdict = _verdict(store, req, result, job, base["history"])
     if verdict is None:  # the workload's own next round
         nxt = RoundRequest.from_json({**req.to_json(), "round_index": req.round_index + 1,
-                                      "attempt": 0})
+                                      "attempt": 0,  # a hand-off does not use up a round
+                                      "max_rounds": req.max_rounds + int(result.handed_off)})
         # the state names the next round first: if this process dies before the send, the
         # supervisor finds a queued round with no live copy and sends it
         store.set_task_state(req.job_id, req.workload_key, updated(
@@ -154,6 +155,8 @@ def _verdict(store: RecordStore, req: RoundRequest, result: RoundResult, job: Jo
         return "failed", "job cancelled", {}
     if count >= req.target_trials:
         return "done", f"{count} trials in store", {}
+    if result.handed_off and not budget:  # the rest of its trials went to an idle host
+        return None
     if result.single_schedule and result.device_lost == 0 and count >= 1:
         best_effort(store.mark_exhausted, req.workload_key, count)
         return "exhausted", "one possible schedule: measured once", {"single_schedule": True}

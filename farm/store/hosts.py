@@ -23,6 +23,7 @@ class HostBeat(_Message):
     beat_at: float = 0.0
     cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
     addresses: dict[str, list[str]] = field(default_factory=dict)  # key -> its phones' host:port
+    rounds: dict[str, int] = field(default_factory=dict)  # key -> its rounds running (gated hosts)
 
 
 def registered_phones(hosts: list[HostBeat], key: str) -> dict[str, str]:

@@ -194,3 +194,42 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
     cands, results = inner.notified[0]  # the search hears of all four: twins share a result
     assert [round(float(r.run_secs[0]) * 1e6, 3) for r in results] == [3.0, 4.0, 3.0, 3.0]
     assert search.counts["skipped"] == 2
+
+
+def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_told():
+    """Stored proposals do not use up a round's trials (it measures `want` new candidates),
+    and a `stop` hook (workers/handoff.py) is asked before every batch after the first."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import Workload
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from farm.store import StoredRecord, candidate_hash
+    from workers.search import StoreAwareSearch, record_of
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
+    c = candidates(mod, 6)
+    rec = record_of(c[0], workload, target, [5e-6])
+    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
+                                  run_us=5.0))
+    inner = FakeInner([[c[0], c[1], c[2]], [c[3], c[4], c[5]], [c[5]]])
+    asked = []
+    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=3,
+                              stop=lambda: asked.append(1) is not None)  # never stops
+    first = search.generate_measure_candidates()
+    assert len(first) == 2 and not asked  # c1, c2 (c0 is stored); no hook before the first
+    search.notify_runner_results(first, [RunnerResult([1e-6], None)] * 2)
+    second = search.generate_measure_candidates()
+    assert len(second) == 1 and len(asked) == 1  # one more new candidate is all it wants
+    search.notify_runner_results(second, [RunnerResult([2e-6], None)])
+    _, results = inner.notified[1]  # the search hears of the three: two as not measured
+    assert [r.run_secs is None for r in results] == [False, True, True]
+    assert search.generate_measure_candidates() is None  # 3 new measured: the round is done
+    assert search.counts["fresh"] == 3 and "handed_off" not in search.counts
+    # a hook that says stop ends the round before its second batch
+    told = StoreAwareSearch(store, "wk", workload, target, want=8, stop=lambda: True,
+                            inner=FakeInner([[c[1], c[2]], [c[3], c[4]]]))
+    batch = told.generate_measure_candidates()
+    told.notify_runner_results(batch, [RunnerResult([1e-6], None)] * len(batch))
+    assert told.generate_measure_candidates() is None and told.counts["handed_off"] == 1
