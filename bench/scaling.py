@@ -12,7 +12,8 @@ Phones are slow emulated phones (farm/devices/phone.py): each measurement sessio
 
 Configurations, one after another (never two at once):
 - 1, 2, 4, 8 phones on one host;
-- 1 host with 2 phones vs 2 hosts with 2 phones each (each host its own tracker and worker);
+- 1 host with 2 phones vs 2 hosts with 2 phones each (each host its own tracker and worker),
+  the 2 hosts once with hand-off at a job's tail (workers/handoff.py) and once without;
 - a mix on one host: 2 phones at `--delay-s` and 2 at a quarter of it.
 
 Per configuration: job trials/min over the tuning phase (first round sent -> last task done,
@@ -74,7 +75,7 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
 
 
 def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, trials: int,
-               work: Path, pin: bool = False) -> dict[str, Any]:
+               work: Path, pin: bool = False, handoff: bool = True) -> dict[str, Any]:
     """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
     `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
     only: each emulated host is a 1-core machine of its own."""
@@ -105,8 +106,9 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
                 args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
                 delay_of[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
             wait_for_phones(tracker, KEY, len(delays), 60)
-            worker = group.add(services.start_worker(tracker, url, logs, name=f"worker{h}",
-                                                     extra=["--hostname", f"farm@host{h}"]))
+            worker = group.add(services.start_worker(
+                tracker, url, logs, name=f"worker{h}", extra=["--hostname", f"farm@host{h}"],
+                env={"FARM_ROUND_HANDOFF": "1" if handoff else "0"}))
             if pin:  # at once: its pool processes and their helpers inherit it
                 os.sched_setaffinity(worker.pid, cpu)
         for h in range(len(hosts)):
@@ -160,12 +162,14 @@ def main() -> int:
                         for n in map(int, args.phones.split(","))]
         if "hosts" not in args.skip:
             configs += [("hosts", "1 host x 2 phones", [[d, d]]),
-                        ("hosts", "2 hosts x 2 phones", [[d, d], [d, d]])]
+                        ("hosts", "2 hosts x 2 phones", [[d, d], [d, d]]),
+                        ("hosts", "2 hosts x 2 phones, no hand-off", [[d, d], [d, d]])]
         if "mix" not in args.skip:
             configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
         for section, name, hosts in configs:
-            row = {"section": section, **run_config(name.replace(" ", "-"), hosts, model,
-                                                    warm_up, args.trials, work, args.pin)}
+            row = {"section": section, **run_config(
+                name.replace(" ", "-").replace(",", ""), hosts, model, warm_up, args.trials,
+                work, args.pin, handoff="no hand-off" not in name)}
             row["config"] = name
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)

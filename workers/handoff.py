@@ -15,7 +15,8 @@ the workload's next round (the trials still missing) goes to the key's queue, wh
 One round hands off per idle host until that host's next heartbeat can show it busy (a
 claim in the store), and the round's worker holds its pool slot `HOLD_S` longer, so the
 idle host, not this one, takes the remainder. A host with a fixed `--concurrency` has no
-gate: it neither hands off nor is handed to (its heartbeat has no `rounds`).
+gate: it neither hands off nor is handed to (its heartbeat has no `rounds`); a worker with
+`round_handoff = 0` (FARM_ROUND_HANDOFF=0) never hands off.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def hand_to(ctx: Any, store: RecordStore, req: RoundRequest) -> str | None:
 def checker(ctx: Any, store: RecordStore, req: RoundRequest) -> Callable[[], bool] | None:
     """What the round's search asks before each batch after its first: True ends the round
     (its rest goes to an idle host). None: this round never hands off."""
-    if ctx.gate is None:
+    if ctx.gate is None or not ctx.config.round_handoff:
         return None
     job = store.get_job(req.job_id)
     if job is None or job.trials_budget:

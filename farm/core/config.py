@@ -62,6 +62,9 @@ class FarmConfig:
     # is 512). A round's search time grows with it; a small budget (a few trials a round) or a
     # slow host gains from fewer, a long job on fast phones from more
     search_population: int = 512
+    # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
+    # none (workers/handoff.py); 0: a round always ends where it started
+    round_handoff: int = 1
     # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -103,6 +106,8 @@ class FarmConfig:
             raise bad("metrics_port", "must be a port from 1 to 65535 (0: no metrics)")
         if self.search_cores < 0:
             raise bad("search_cores", "must be >= 0 (0: automatic)")
+        if self.round_handoff not in (0, 1):
+            raise bad("round_handoff", "must be 1 (hand off) or 0 (never)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
                      "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
                      "phone_aside_s"):
@@ -194,6 +199,7 @@ _ENV = {
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
     "search_cores": "FARM_SEARCH_CORES",
     "search_population": "FARM_SEARCH_POPULATION",
+    "round_handoff": "FARM_ROUND_HANDOFF",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",
