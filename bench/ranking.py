@@ -148,7 +148,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, took_s: float) 
         lines.append(f"| {r['workload']} | {r['ranked']} | "
                      + " | ".join(f"{r[n][0]:.2f} / {r[n][1]:.2f}" for n in names) + " |")
     if rows:
-        lines.append("| **mean** | | " + " | ".join(
+        lines.append("| **all workloads (mean)** | | " + " | ".join(
             f"**{statistics.mean(r[n][0] for r in rows):.2f} / "
             f"{statistics.mean(r[n][1] for r in rows):.2f}**" for n in names) + " |")
     return "\n".join(lines) + "\n"
