@@ -143,7 +143,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--out", default=str(ROOT / "bench"))
-    p.add_argument("--skip", default="", help="sections to skip: phones,hosts,mix")
+    p.add_argument("--skip", default="", help="sections to skip: phones,hosts,mix; one-host: the hosts section without its "
+                        "1-host run")
     p.add_argument("--pin", action="store_true",
                    help="each emulated host (tracker, phones, worker) on one CPU of its own: "
                         "1 host vs 2 hosts is then 1 core vs 2, as separate machines would be")
@@ -161,8 +162,8 @@ def main() -> int:
             configs += [("phones", f"{n} phones", [[d] * n])
                         for n in map(int, args.phones.split(","))]
         if "hosts" not in args.skip:
-            configs += [("hosts", "1 host x 2 phones", [[d, d]]),
-                        ("hosts", "2 hosts x 2 phones", [[d, d], [d, d]]),
+            configs += [("hosts", "1 host x 2 phones", [[d, d]])] * ("one-host" not in args.skip)
+            configs += [("hosts", "2 hosts x 2 phones", [[d, d], [d, d]]),
                         ("hosts", "2 hosts x 2 phones, no hand-off", [[d, d], [d, d]])]
         if "mix" not in args.skip:
             configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
