@@ -143,8 +143,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--out", default=str(ROOT / "bench"))
-    p.add_argument("--skip", default="", help="sections to skip: phones,hosts,mix; one-host: the hosts section without its "
-                        "1-host run")
+    p.add_argument("--skip", default="",
+                   help="sections to skip: phones,hosts,mix; one-host: the hosts section "
+                        "without its 1-host run")
     p.add_argument("--pin", action="store_true",
                    help="each emulated host (tracker, phones, worker) on one CPU of its own: "
                         "1 host vs 2 hosts is then 1 core vs 2, as separate machines would be")

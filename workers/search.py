@@ -90,7 +90,7 @@ class StoreAwareSearch(PySearchStrategy):
         self.inner = inner if inner is not None else evolutionary()
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
-        self.counts = counts if counts is not None else {"skipped": 0, "batches": 0, "fresh": 0}
+        self.counts = counts if counts is not None else {"skipped": 0, "fresh": 0}
         # new candidates the round measures (0: as many as the search proposes); the search
         # is given more trials than this (measure.py), as stored proposals use up its trials
         self.want = want
@@ -198,7 +198,7 @@ class StoreAwareSearch(PySearchStrategy):
         left = self.want - self.counts["fresh"] if self.want else 1
         if left <= 0:
             return None  # the round measured what it was asked for
-        if self.stop is not None and self.counts["batches"] and self.stop():
+        if self.stop is not None and self.counts["fresh"] and self.stop():  # after the first
             self.counts["handed_off"] = 1
             return None
         for _ in range(MAX_KNOWN_BATCHES):
@@ -212,7 +212,6 @@ class StoreAwareSearch(PySearchStrategy):
             if self.want:
                 fresh = fresh[:left]  # the rest of the batch is told as not measured
             if fresh:
-                self.counts["batches"] += 1
                 self.counts["fresh"] += len(fresh)
                 self._batch = (cands, known, twins, fresh)
                 return [cands[i] for i in fresh]

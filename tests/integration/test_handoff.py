@@ -19,7 +19,7 @@ import pytest
 from farm.devices.tracker import wait_for_phones
 from farm.local import services
 from farm.store import open_store
-from tests.integration.test_lab import mlp_model
+from tests.integration.test_lab import hosts_of_records, mlp_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,15 +36,6 @@ search_population = 128
 """
 TRIALS = 64  # one round of 4 batches per task: room to hand off after the first
 HOST_A, HOST_B = "farm@hostA", "farm@hostB"
-
-
-def host_of_records(url: str, summary: dict) -> dict[str, set[str]]:
-    store = open_store(url)
-    try:
-        return {t["name"]: {r.host for r in store.records(t["workload_key"])
-                            if r.job_id == summary["job_id"]} for t in summary["tasks"]}
-    finally:
-        store.close()
 
 
 def both_rounds_on(url: str, host: str, client: subprocess.Popen, timeout_s: float) -> None:
@@ -103,7 +94,7 @@ def test_an_idle_host_takes_the_rest_of_a_round(tmp_path: Path) -> None:
         output, _ = client.communicate(timeout=900)
         assert client.returncode == 0, output[-3000:]
         summary = json.loads((out / "summary.json").read_text())
-        hosts = host_of_records(url, summary)
+        hosts = hosts_of_records(url, summary)  # a fresh Redis: this job's records only
     finally:
         if client is not None and client.poll() is None:
             client.kill()

@@ -85,8 +85,11 @@ def wait_devices(lab, home: Path, want: set[str], timeout_s: float = 90) -> list
 
 def hosts_of_records(redis_url: str, summary: dict) -> dict[str, set[str]]:
     store = open_store(redis_url)
-    return {t["name"]: {r.host for r in store.records(t["workload_key"])}
-            for t in summary["tasks"]}
+    try:
+        return {t["name"]: {r.host for r in store.records(t["workload_key"])}
+                for t in summary["tasks"]}
+    finally:
+        store.close()
 
 
 def test_devices_lists_both_hosts(lab, tmp_path):
