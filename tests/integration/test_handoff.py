@@ -83,7 +83,8 @@ def test_an_idle_host_takes_the_rest_of_a_round(tmp_path: Path) -> None:
         client = subprocess.Popen(
             [sys.executable, "-m", "farm", "submit", str(model), "--device-key", KEY,
              "--trials-per-task", str(TRIALS), "--round-trials", str(TRIALS), "--out", str(out),
-             "--tracker", tracker_a, "--timeout", "900"],
+             "--tracker", tracker_a, "--timeout", "900",
+             "--wait-for-devices", "120"],  # worker A's first heartbeat may come after this
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **env, "FARM_HOME": str(tmp_path / "home"),
                  "FARM_BROKER_URL": url})

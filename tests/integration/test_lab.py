@@ -53,6 +53,7 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
             workers[host] = group.add(services.start_worker(
                 addr, redis_url, logs, name=host.split("@")[1],
                 extra=["--hostname", host, *metrics], env={**env}))
+        beating(redis_url, workers)  # a job submitted before a host's first beat finds no phones
         flower_port = services.free_port()
         group.add(services.start("flower", [sys.executable, "-m", "farm", "flower",
                                             "--broker", redis_url, "--port", str(flower_port),
@@ -63,6 +64,20 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                "metrics": f"http://127.0.0.1:{metrics_port}/metrics"}
     finally:
         group.stop()
+
+
+def beating(redis_url: str, workers: dict[str, services.Service], timeout_s: float = 120) -> None:
+    """Until every worker's heartbeat is in the store."""
+    store = open_store(redis_url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while {h.name for h in store.hosts()} != set(workers):
+            for w in workers.values():
+                assert w.alive(), w.log_tail()
+            assert time.monotonic() < deadline, f"no heartbeat of {set(workers)} in {timeout_s} s"
+            time.sleep(0.5)
+    finally:
+        store.close()
 
 
 def devices(lab, home: Path) -> list[dict]:
