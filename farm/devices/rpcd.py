@@ -32,6 +32,33 @@ def serve_tracker(host: str, port: int, port_end: int, silent: bool = True) -> N
     state.thread.join()
 
 
+def _survive_crashed_sessions() -> None:
+    """A session whose kernel crashes (a segfaulting candidate) kills the forked session
+    process, and TVM's `_serving` then raises in the server's only listening thread: the
+    phone stopped serving for good, and the embedded farm saw its phone exit and ended the
+    job. A real phone's RPC app is restarted by its watchdog; here the crash is logged, the
+    session's connection closed and the phone serves the next session. The worker sees the
+    session lost (device lost) and measures the candidate elsewhere, or stores it as the
+    culprit (workers/callback.py)."""
+    import os
+
+    from tvm.rpc import server
+
+    serving = server._serving
+
+    def guarded(conn: object, addr: object, opts: object, load_library: object) -> None:
+        cwd = os.getcwd()
+        try:
+            serving(conn, addr, opts, load_library)
+        except RuntimeError as e:  # "Child process N exited unsuccessfully with error code -11"
+            logging.getLogger("RPCServer").warning("session of %s crashed, serving on: %s",
+                                                   addr, e)
+            os.chdir(cwd)
+            conn.close()  # type: ignore[attr-defined]
+
+    server._serving = guarded
+
+
 def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[str, int],
                 custom_addr: str | None = None,
                 before: Callable[[], None] | None = None) -> None:
@@ -41,6 +68,7 @@ def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[st
 
     if before is not None:
         before()
+    _survive_crashed_sessions()
     state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker, key=key,
                                 custom_addr=custom_addr)
     PopenRPCServerState.current = state  # held, as TVM's PopenWorker does
