@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from farm.core.errors import ExtractError, IngestError, UsageError
+from farm.pipeline.rewrite import alias_overloads, promote_types
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,7 @@ def load(
                               f"{_first_line(e)}", subject=str(path)) from e
         outputs = [o.detach().cpu().numpy() for o in _flatten(torch, out)]
         torch_us = _time_torch(module, args, timing_runs)
+    alias_overloads(torch, ep)  # farm/pipeline/rewrite.py: what TVM's frontend lacks
     promote_types(torch, ep)
     mod = _to_relax(ep, path)
     return ModelBundle(name=path.stem, path=str(path), fmt=fmt, mod=mod, inputs=inputs,
@@ -182,13 +184,15 @@ def load(
 
 
 def _flatten(torch: Any, out: Any) -> list[Any]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _flatten(torch, o)]
-    if isinstance(out, dict):
-        return [t for k in sorted(out) for t in _flatten(torch, out[k])]
-    raise IngestError(f"unsupported model output type {type(out).__name__}")
+    """The model's output tensors in the order torch.export flattens them (its pytree: a dict
+    in insertion order), which is the order of the imported model's outputs."""
+    from torch.utils import _pytree
+
+    leaves = _pytree.tree_leaves(out)
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            raise IngestError(f"unsupported model output type {type(leaf).__name__}")
+    return leaves
 
 
 def _time_torch(module: Any, args: tuple, runs: int) -> float:
@@ -226,23 +230,54 @@ def _from_export(torch: Any, path: Path,
                           subject=str(path)) from e
     user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder"
                    and n.name in set(ep.graph_signature.user_inputs)]
-    file_shapes = [tuple(int(d) for d in n.meta["val"].shape) for n in user_inputs]
+    dims = [list(n.meta["val"].shape) for n in user_inputs]  # an int, or a SymInt where dynamic
+    file_shapes = [tuple(_hint(d) for d in ds) for ds in dims]
     if shapes is not None:
-        if len(shapes) != len(file_shapes):
-            raise UsageError(f"the model takes {len(file_shapes)} input(s), --input-shape "
-                             f"gives {len(shapes)}", subject=str(path))
-        for i, (want, have) in enumerate(zip(shapes, file_shapes, strict=True)):
-            if len(want) != len(have):
-                raise UsageError(f"input {i} has rank {len(have)} {list(have)}, --input-shape "
-                                 f"gives rank {len(want)} {list(want)}", subject=str(path))
-            if want != have:
-                raise UsageError(f"input {i} was exported with static shape {list(have)}; "
-                                 f"re-export the model to tune shape {list(want)}",
-                                 subject=str(path))
+        _check_shapes(ep, path, shapes, dims)
     dtypes = [str(n.meta["val"].dtype).replace("torch.", "") for n in user_inputs]
+    want = shapes if shapes is not None else file_shapes
     args = tuple(torch.from_numpy(_make_inputs([s], d, seed=i)[0])
-                 for i, (s, d) in enumerate(zip(file_shapes, dtypes, strict=True)))
+                 for i, (s, d) in enumerate(zip(want, dtypes, strict=True)))
+    if any(not isinstance(d, int) for ds in dims for d in ds):
+        # MetaSchedule tunes static shapes: a dynamic program is specialized to the shapes
+        # tuned for (--input-shape, or the export's example), as the TorchScript path does
+        log.info("%s: dynamic input dims specialized to %s", path, [list(s) for s in want])
+        try:
+            ep = torch.export.export(ep.module(), args)
+        except Exception as e:  # noqa: BLE001
+            raise IngestError(f"the dynamic program cannot be specialized to "
+                              f"{[list(s) for s in want]}: {_first_line(e)}",
+                              subject=str(path)) from e
     return ep, args
+
+
+def _hint(d: Any) -> int:
+    return d if isinstance(d, int) else int(d.node.hint)
+
+
+def _check_shapes(ep: Any, path: Path, shapes: list[tuple[int, ...]], dims: list[list[Any]]) -> None:
+    """--input-shape against the program's inputs: a static dim must match, a dynamic one be
+    within the range it was exported with."""
+    if len(shapes) != len(dims):
+        raise UsageError(f"the model takes {len(dims)} input(s), --input-shape "
+                         f"gives {len(shapes)}", subject=str(path))
+    for i, (want, have) in enumerate(zip(shapes, dims, strict=True)):
+        shown = [_hint(d) if isinstance(d, int) else str(d) for d in have]
+        if len(want) != len(have):
+            raise UsageError(f"input {i} has rank {len(have)} {shown}, --input-shape "
+                             f"gives rank {len(want)} {list(want)}", subject=str(path))
+        for j, (w, d) in enumerate(zip(want, have, strict=True)):
+            if isinstance(d, int):
+                if w != d:
+                    raise UsageError(f"input {i} was exported with shape {shown} (dim {j} "
+                                     f"static); re-export the model to tune shape {list(want)}",
+                                     subject=str(path))
+                continue
+            vr = ep.range_constraints.get(d.node.expr)
+            lo, hi = (vr.lower, vr.upper) if vr is not None else (0, float("inf"))
+            if not lo <= w <= hi:
+                raise UsageError(f"input {i} dim {j} is dynamic in [{lo}, {hi}] in the "
+                                 f"export; --input-shape gives {w}", subject=str(path))
 
 
 def _from_torchscript(torch: Any, path: Path, args: tuple) -> Any:
@@ -294,39 +329,6 @@ def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:
             shapes = [list(a.shape) for a in args]
             raise UsageError(f"the model does not run on inputs of shape {shapes} (wrong rank or "
                              f"size?): {_first_line(e)}", subject=str(path)) from e
-
-
-_ARITH = {"pow", "div", "mul", "add", "sub", "rsub", "true_divide", "maximum", "minimum",
-          "floor_divide", "remainder", "fmod", "atan2"}
-
-
-def promote_types(torch: Any, ep: Any) -> int:
-    """Make torch's int -> float type promotion explicit in arithmetic (TVM does not promote).
-
-    E.g. `(d // heads) ** 0.5` of a traced model is pow(int64 tensor, 0.5) -> float32 in
-    torch, which TVM refuses ("power only applies to float"). Returns the casts inserted.
-    """
-    graph = ep.graph_module.graph
-    casts = 0
-    for node in list(graph.nodes):
-        packet = getattr(node.target, "_overloadpacket", None)
-        if node.op != "call_function" or packet is None or packet.__name__ not in _ARITH:
-            continue
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
-            continue
-        for arg in node.args:
-            aval = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-            if isinstance(aval, torch.Tensor) and not aval.dtype.is_floating_point:
-                with graph.inserting_before(node):
-                    cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
-                                               {"dtype": val.dtype})
-                cast.meta["val"] = aval.to(val.dtype)
-                node.replace_input_with(arg, cast)
-                casts += 1
-    if casts:
-        ep.graph_module.recompile()
-    return casts
 
 
 def _to_relax(ep: Any, path: Path) -> Any:

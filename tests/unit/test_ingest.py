@@ -1,0 +1,97 @@
+"""Models of the kinds users bring import into TVM (farm/pipeline/ingest.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_a_traced_transformer_encoder_layer_imports(tmp_path):
+    """TorchScript of torch's own nn.TransformerEncoderLayer: its traced head-size arithmetic
+    converts to div.Scalar_mode, which TVM's frontend lacks (farm/pipeline/ingest.py's twins)."""
+    import torch
+
+    from farm.pipeline import ingest
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 8, 32)
+    path = tmp_path / "encoder.pt"
+    torch.jit.trace(layer, (x,), check_trace=False).save(str(path))
+    bundle = ingest.load(path, [(2, 8, 32)])
+    assert bundle.fmt == "torchscript"
+    assert "main" in [gv.name_hint for gv in bundle.mod.get_global_vars()]
+    assert np.asarray(bundle.outputs[0]).shape == (2, 8, 32)
+
+
+def dynamic_export(path):
+    """A small CNN exported with a dynamic batch dim in [1, 8]; writes `path`."""
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 6 * 6, 3)).eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    ep = torch.export.export(net, (torch.randn(2, 1, 8, 8),), dynamic_shapes=({0: batch},))
+    torch.export.save(ep, str(path))
+    return path
+
+
+def static_shape(bundle) -> str:
+    """The shape of main's input as TVMScript prints it (a symbolic dim prints its name)."""
+    head = bundle.mod["main"].script().split("def main(", 1)[1]
+    return head.split("R.Tensor(", 1)[1].split(", dtype", 1)[0]
+
+
+def test_a_dynamic_export_is_specialized_to_the_shape_tuned_for(tmp_path):
+    """MetaSchedule tunes static shapes: before, a dynamic batch was imported as a symbolic
+    dim (its tuned model no faster than the untuned one) and --input-shape 4,... was refused
+    as "exported with static shape [2, ...]"."""
+    from farm.pipeline import ingest
+
+    path = dynamic_export(tmp_path / "dyn.pt2")
+    bundle = ingest.load(path, [(4, 1, 8, 8)])
+    assert bundle.inputs[0].shape == (4, 1, 8, 8) and bundle.outputs[0].shape == (4, 3)
+    assert static_shape(bundle) == "(4, 1, 8, 8)"
+    assert static_shape(ingest.load(path, None)) == "(2, 1, 8, 8)"  # the export's example
+
+
+@pytest.mark.parametrize("shape,needle", [
+    ((9, 1, 8, 8), "input 0 dim 0 is dynamic in [1, 8] in the export; --input-shape gives 9"),
+    ((4, 2, 8, 8), "(dim 1 static); re-export the model to tune shape [4, 2, 8, 8]"),
+])
+def test_a_shape_the_export_cannot_take_is_refused(tmp_path, shape, needle):
+    from farm.core.errors import UsageError
+    from farm.pipeline import ingest
+
+    path = dynamic_export(tmp_path / "dyn.pt2")
+    with pytest.raises(UsageError) as e:
+        ingest.load(path, [shape])
+    assert needle in str(e.value)
+
+
+def test_outputs_are_compared_in_the_order_the_imported_model_returns_them(tmp_path):
+    """A dict output is flattened as torch.export does (insertion order): before, torch's
+    outputs were taken in sorted key order, so a model returning {"logits", "feat"} was
+    compared output by output with the wrong one and "numerics DO NOT match torch"."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from farm.pipeline import ingest
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 5)
+
+        def forward(self, x):
+            return {"logits": self.fc(x), "feat": x * 2.0}
+
+    path = tmp_path / "heads.pt2"
+    torch.export.save(torch.export.export(TwoHeads().eval(), (torch.randn(2, 6),)), str(path))
+    bundle = ingest.load(path, None)
+    vm = relax.VirtualMachine(tvm.compile(bundle.mod, target="llvm"), tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(i) for i in bundle.inputs])
+    assert [o.shape for o in bundle.outputs] == [(2, 5), (2, 6)]
+    for tvm_out, torch_out in zip(got, bundle.outputs, strict=True):
+        np.testing.assert_allclose(tvm_out.numpy(), torch_out, rtol=1e-5, atol=1e-5)
