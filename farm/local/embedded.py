@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -251,9 +252,10 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         tracker_svc, tracker = services.start_tracker(log_dir)
         group.add(tracker_svc)
         for i in range(config.phones):
-            group.add(services.start_phone(tracker, config.device_key, i, log_dir, threads,
-                                           arch=arch, config=config,
-                                           delay_s=config.phone_delay_s))
+            phone = functools.partial(services.start_phone, tracker, config.device_key, i,
+                                      log_dir, threads, arch=arch, config=config,
+                                      delay_s=config.phone_delay_s, port=services.free_port())
+            group.add(phone()).restart = phone  # a phone that dies is started again, same port
         group.add(services.start_worker(tracker, url, log_dir, env=config_env(config),
                                         extra=["--keys", config.device_key]))
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from farm.devices.lean import without_torch
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
+MAX_RESTARTS = 5  # restarts of one restartable service before its exit ends the job
 
 
 def is_loopback(address: str) -> bool:
@@ -42,6 +44,21 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_frees(host: str, port: int, timeout_s: float) -> bool:
+    """Can `port` be bound on `host` within `timeout_s` (a dead phone's session process may
+    hold its listening socket for the rest of its session)?"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+        time.sleep(0.2)
 
 
 def wait_port(host: str, port: int, timeout_s: float, proc: Service | None = None) -> None:
@@ -66,6 +83,9 @@ class Service:
     name: str
     popen: subprocess.Popen
     log_path: Path
+    # how to start it again when it exits (the embedded farm's phones); None: its exit is fatal
+    restart: Callable[[], Service] | None = None
+    restarts: int = 0
 
     @property
     def pid(self) -> int:
@@ -203,17 +223,20 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
                 host: str = LOOPBACK, arch: str = "", config: FarmConfig | None = None,
-                delay_s: float = 0.0, advertise: str | None = None) -> Service:
+                delay_s: float = 0.0, advertise: str | None = None,
+                port: int | None = None) -> Service:
     """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
     under `key` with the address workers connect to: `advertise`, else `host` (see
     farm.devices.phone.advertised_address; raises UsageError for one no worker could reach). With
     arch "arm64" it runs aarch64 TVM under qemu (farm/devices/arm64sim.py; set up once in the
     config's arm64_dir).
-    With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py)."""
+    With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py).
+    With `port`, it listens there (a restarted phone keeps its address, so its accounting does)
+    unless that port stays taken for 5 s; else on a free port."""
     from farm.devices.phone import advertised_address
 
     addr = advertised_address(host, advertise, tracker)
-    port = free_port(host)
+    port = port if port is not None and port_frees(host, port, 5.0) else free_port(host)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     python = [sys.executable]
     if arch == "arm64":
@@ -295,11 +318,25 @@ class ServiceGroup:
         return svc
 
     def check_alive(self) -> None:
-        for svc in self.services:
-            if not svc.alive():
+        """Raise for a service that exited, but start again one that can be restarted (at
+        most MAX_RESTARTS times): an embedded phone whose process died, as a lab's watchdog
+        restarts a crashed RPC app; the round that used it sees a lost device."""
+        for i, svc in enumerate(self.services):
+            if svc.alive():
+                continue
+            if svc.restart is None or svc.restarts >= MAX_RESTARTS:
                 raise ServiceError(f"exited unexpectedly (code {svc.popen.returncode}): "
                                    f"{svc.log_tail()}", subject=svc.name,
                                    hint=f"full log: {svc.log_path}")
+            log.warning("%s exited (code %s), starting it again (%d of %d restarts): %s",
+                        svc.name, svc.popen.returncode, svc.restarts + 1, MAX_RESTARTS,
+                        svc.log_tail(3))
+            again = svc.restart()
+            again.restart, again.restarts = svc.restart, svc.restarts + 1
+            self.services[i] = again
+            if self.pid_file is not None:
+                with open(self.pid_file, "a") as fh:
+                    fh.write(f"{again.pid} {again.name}\n")
 
     def stop(self) -> None:
         for svc in reversed(self.services):

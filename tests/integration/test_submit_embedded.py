@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,9 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
         seen = run_farm(["status", "--json"], home, timeout_s=60)
         if seen.returncode == 0 and json.loads(seen.stdout) and json.loads(seen.stdout)[0]["tasks"]:
             status = json.loads(seen.stdout)
+            # a phone dies mid-job (an RPC app killed by the OS): the farm starts it again
+            phone = [pid for pid, name in started_pids(home) if name == "phone-cpu-local-1"]
+            os.kill(phone[0], signal.SIGKILL)
         time.sleep(2)
     stdout, stderr = popen.communicate(timeout=1800)
     proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
@@ -138,6 +142,17 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     task_colours = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE}
     timeline = sum(1 for p in pixels if p in task_colours)  # the phones' batches, by task
     assert timeline >= 14 * 4 * len(summary["phones"]), timeline
+
+
+def test_a_phone_that_dies_is_started_again(first_run):
+    """farm/local/services.py: before, the job ended with "phone-cpu-local-1: exited
+    unexpectedly" (seen when a candidate's segfault took a phone down with it)."""
+    home, out, proc, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "phone-cpu-local-1 exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
+    assert [name for _, name in started_pids(home)].count("phone-cpu-local-1") == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["phones"]) == 2, summary["phones"]  # it came back on its own address
 
 
 def test_status_from_another_terminal_while_the_job_runs(first_run):
