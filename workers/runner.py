@@ -61,6 +61,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
                                                   profile.cooldown_s)
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
+        self.f_alloc_argument = alloc_index_safe
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
 
@@ -81,6 +82,23 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
 
 
 WRONG = "wrong answer"
+
+
+def alloc_index_safe(session: Any, device: Any, args_info: list[Any],
+                     alloc_repeat: int) -> list[Any]:
+    """MetaSchedule's arguments, but integer tensors are zeros. Its random fill writes float
+    bit patterns into them (int64 values ~4.6e18), and integer inputs are indices as often
+    as not (an embedding's token ids, a gather's positions): every `take` then read out of
+    bounds, a wrong answer at best, a segfault that took the phone's session down at worst."""
+    import numpy as np
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import default_alloc_argument
+
+    repeated = default_alloc_argument(session, device, args_info, alloc_repeat)
+    for args in repeated:
+        for arg, info in zip(args, args_info, strict=True):
+            if info[0] == "TENSOR" and str(info[1]).startswith(("int", "uint")):
+                arg.copyfrom(np.zeros([int(d) for d in info[2]], dtype=str(info[1])))
+    return repeated
 
 
 def _remove(path: str) -> None:

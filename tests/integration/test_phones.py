@@ -134,3 +134,31 @@ def test_a_phone_whose_kernel_crashes_serves_the_next_session(tracker, tmp_path)
         seen |= set(sessions(tracker, path, 2))
         time.sleep(0.5)
     assert seen == set(tracker_phones(tracker)[KEY].phones) and len(seen) == 2, seen
+
+
+def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
+    """An embedding's `take` measured as the runner measures it (workers/runner.py): integer
+    tensors are zeros, floats random. TVM's own fill wrote float bit patterns into int64
+    token ids (~4.6e18), and the kernel read out of bounds: the phone's session crashed
+    (checked: "code=kShutdown" with TVM's fill)."""
+    import numpy as np
+    import tvm
+    from tvm import rpc, te, topi
+
+    from workers.runner import alloc_index_safe
+
+    table = te.placeholder((100, 8), name="table")
+    ids = te.placeholder((2, 12), dtype="int64", name="ids")
+    out = topi.take(table, ids, axis=0, mode="fast")  # no bounds check, as Relax's take
+    lib = tmp_path / "take.so"
+    tvm.compile(te.create_prim_func([table, ids, out]), target="llvm").export_library(str(lib))
+    host, port = tracker.split(":")
+    remote = rpc.connect_tracker(host, int(port)).request(KEY, session_timeout=30)
+    remote.upload(str(lib))
+    take = remote.load_module("take.so")["main"]
+    args_info = [["TENSOR", "float32", [100, 8]], ["TENSOR", "int64", [2, 12]],
+                 ["TENSOR", "float32", [2, 12, 8]]]
+    (args,) = alloc_index_safe(remote, remote.cpu(0), args_info, 1)
+    assert np.abs(args[0].numpy()).max() > 0  # the table: random
+    take(*args)
+    np.testing.assert_array_equal(args[2].numpy(), np.broadcast_to(args[0].numpy()[0], (2, 12, 8)))
