@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from farm.core.messages import JobSpec
-from farm.pipeline.summary import phone_section
+from farm.pipeline.summary import numerics_hint, phone_section
 from farm.store import RecordStore, TaskState
 from farm.store.store import MEASURE_COUNTERS, total_counts
 
@@ -137,6 +137,8 @@ def format_table(summary: dict[str, Any]) -> str:
                  f"{vs_torch}; numerics "
                  f"{'match torch' if summary['numerics_ok'] else 'DO NOT match torch'} "
                  f"(max abs err {summary['max_abs_err']:.2e})")
+    if not summary["numerics_ok"]:
+        lines.append(numerics_hint(summary))
     single = [t for t in summary["tasks"] if t.get("single_schedule")]
     if single:
         lines.append(f"{len(single)} task(s) have one possible schedule: measured once, "

@@ -28,6 +28,7 @@ class CompileResult:
     untuned_us: float
     numerics_ok: bool
     max_abs_err: float
+    untuned_numerics_ok: bool  # False with numerics_ok False: TVM's import is wrong, not tuning
     from_log: list[str]
     fallback: dict[str, str]  # function name -> why it has no tuned schedule
     measured_on: str
@@ -124,6 +125,21 @@ def run_and_time(lib_path: Path, remote: Any, dev: Any, inputs: list[np.ndarray]
     return outputs, statistics.median(list(res.results)) * 1e6
 
 
+def matches(outs: list[np.ndarray], expected: list[np.ndarray], rtol: float,
+            atol: float) -> tuple[bool, float]:
+    """(every output allclose to torch's, the largest abs error; inf for a shape mismatch)."""
+    ok, err = len(outs) == len(expected), 0.0
+    for got, want in zip(outs, expected, strict=False):
+        if got.shape != want.shape:
+            ok, err = False, float("inf")
+            continue
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        err = max(err, float(diff.max()) if diff.size else 0.0)
+        if not np.allclose(got, want, rtol=rtol, atol=atol):
+            ok = False
+    return ok, err
+
+
 def compile_and_check(
     fused: Any, target_json: dict[str, Any], log_dir: Path, out_dir: Path,
     inputs: list[np.ndarray], expected: list[np.ndarray], tracker: str | None, device_key: str,
@@ -161,23 +177,15 @@ def compile_and_check(
                            subject=str(lib)) from e
     with device_session(tracker, device_key) as (remote, dev):
         outs, tuned_us = run_and_time(lib, remote, dev, inputs, repeat, number)
-        _, untuned_us = run_and_time(untuned_lib, remote, dev, inputs, repeat, number)
+        untuned_outs, untuned_us = run_and_time(untuned_lib, remote, dev, inputs, repeat, number)
     untuned_lib.unlink(missing_ok=True)
     if len(outs) != len(expected):
         raise CompileError(f"the model returns {len(outs)} outputs, torch {len(expected)}",
                            subject=str(lib))
-    ok, err = True, 0.0
-    for got, want in zip(outs, expected, strict=True):
-        if got.shape != want.shape:
-            ok = False
-            err = float("inf")
-            continue
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-        err = max(err, float(diff.max()) if diff.size else 0.0)
-        if not np.allclose(got, want, rtol=rtol, atol=atol):
-            ok = False
+    ok, err = matches(outs, expected, rtol, atol)
     return CompileResult(
         tuned_us=tuned_us, untuned_us=untuned_us, numerics_ok=ok, max_abs_err=err,
+        untuned_numerics_ok=matches(untuned_outs, expected, rtol, atol)[0],
         from_log=sorted(from_log), fallback=fallback,
         measured_on=f"phone of key {device_key} via {tracker}" if tracker else "this machine's CPU",
         library=str(lib),

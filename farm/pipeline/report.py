@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from farm.pipeline.summary import numerics_hint
 from farm.store import RecordStore
 
 W, H, PAD = 360, 160, 36
@@ -153,6 +154,7 @@ def _us(value: float | None) -> str:
 def render(summary: dict[str, Any], store: RecordStore,
            against: dict[str, Any] | None = None) -> str:
     lat = summary["latency_us"]
+    mismatch = "" if summary["numerics_ok"] else f": {html.escape(numerics_hint(summary))}"
     tasks = summary["tasks"]
     rows = []
     for t in tasks:
@@ -190,7 +192,7 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 <p>speed-up {summary['speedup']['tuned_vs_untuned']:.2f}x vs untuned,
 {summary['speedup']['tuned_vs_torch']:.2f}x vs torch; numerics
 {'match torch' if summary['numerics_ok'] else '<b>do not match torch</b>'}
-(max abs err {summary['max_abs_err']:.2e}).</p>
+(max abs err {summary['max_abs_err']:.2e}){mismatch}.</p>
 <h2>Share of the tuned model's time per task (weight x best latency)</h2>
 {shares}
 <h2>Tasks</h2>

@@ -49,6 +49,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
                     "tuned_vs_torch": round(bundle.torch_us / result.tuned_us, 3)},
         "threads": profile.threads, "measured_on": result.measured_on,
         "numerics_ok": result.numerics_ok, "max_abs_err": result.max_abs_err,
+        "untuned_numerics_ok": result.untuned_numerics_ok,
         "schedules": {"from_log": result.from_log, "fallback": result.fallback},
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
@@ -66,3 +67,13 @@ def phone_section(store: Any, job: JobSpec, now: float | None = None) -> dict[st
     busy = sum(r["busy_s"] for r in rows)
     return {"phones": rows, "tuning_wall_s": round(wall, 2),
             "phone_utilization": round(busy / (wall * len(rows)), 3) if rows and wall else 0.0}
+
+
+def numerics_hint(summary: dict[str, Any]) -> str:
+    """Whose fault a mismatch with torch is: the untuned build tells TVM's import apart from
+    the farm's tuning."""
+    if summary.get("untuned_numerics_ok") is False:
+        return ("the untuned build does not match torch either: TVM's import of the model is "
+                "wrong, not the tuning (file it upstream with the model)")
+    return ("the untuned build matches torch: a tuned schedule is wrong (keep out/ and the "
+            "logs, and file it)")
