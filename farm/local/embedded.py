@@ -256,8 +256,9 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
                                       log_dir, threads, arch=arch, config=config,
                                       delay_s=config.phone_delay_s, port=services.free_port())
             group.add(phone()).restart = phone  # a phone that dies is started again, same port
-        group.add(services.start_worker(tracker, url, log_dir, env=config_env(config),
-                                        extra=["--keys", config.device_key]))
+        worker = functools.partial(services.start_worker, tracker, url, log_dir,
+                                   env=config_env(config), extra=["--keys", config.device_key])
+        group.add(worker()).restart = worker  # as a lab's systemd does (deploy/)
         log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
                  config.phones, config.device_key, log_dir)
         yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir,

@@ -33,7 +33,7 @@ def load_log_in_plain_tvm(best_dir: Path, summary: dict) -> int:
 def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("farm-home")
     out = tmp_path_factory.mktemp("runs") / "first"
-    env = {**os.environ, "FARM_HOME": str(home)}
+    env = {**os.environ, "FARM_HOME": str(home), "FARM_HOST_TTL_S": "6"}  # a dead worker's lease
     env.pop("FARM_BROKER_URL", None)
     popen = subprocess.Popen([sys.executable, "-m", "farm", "submit",
                               str(example_models / "resnet.pt2"), "--trials-per-task", "4",
@@ -44,9 +44,11 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
         seen = run_farm(["status", "--json"], home, timeout_s=60)
         if seen.returncode == 0 and json.loads(seen.stdout) and json.loads(seen.stdout)[0]["tasks"]:
             status = json.loads(seen.stdout)
-            # a phone dies mid-job (an RPC app killed by the OS): the farm starts it again
-            phone = [pid for pid, name in started_pids(home) if name == "phone-cpu-local-1"]
-            os.kill(phone[0], signal.SIGKILL)
+            # a phone and the worker die mid-job (killed by the OS): the farm starts them
+            # again; the worker's round in flight is sent again once its lease expires
+            for victim in ("phone-cpu-local-1", "worker"):
+                os.kill([pid for pid, name in started_pids(home) if name == victim][0],
+                        signal.SIGKILL)
         time.sleep(2)
     stdout, stderr = popen.communicate(timeout=1800)
     proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
@@ -144,13 +146,15 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     assert timeline >= 14 * 4 * len(summary["phones"]), timeline
 
 
-def test_a_phone_that_dies_is_started_again(first_run):
+def test_a_phone_or_worker_that_dies_is_started_again(first_run):
     """farm/local/services.py: before, the job ended with "phone-cpu-local-1: exited
     unexpectedly" (seen when a candidate's segfault took a phone down with it)."""
     home, out, proc, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "phone-cpu-local-1 exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
     assert [name for _, name in started_pids(home)].count("phone-cpu-local-1") == 2
+    assert "worker exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
+    assert [name for _, name in started_pids(home)].count("worker") == 2
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["phones"]) == 2, summary["phones"]  # it came back on its own address
 
