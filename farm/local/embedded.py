@@ -250,7 +250,8 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         services.write_private(running, json.dumps({"pid": os.getpid(), "broker_url": url}))
         stack.callback(running.unlink, missing_ok=True)
         tracker_svc, tracker = services.start_tracker(log_dir)
-        group.add(tracker_svc)
+        port = int(tracker.rsplit(":", 1)[1])  # a dead tracker comes back there: phones re-register
+        group.add(tracker_svc).restart = lambda: services.start_tracker(log_dir, port=port)[0]
         for i in range(config.phones):
             phone = functools.partial(services.start_phone, tracker, config.device_key, i,
                                       log_dir, threads, arch=arch, config=config,

@@ -52,6 +52,7 @@ def port_frees(host: str, port: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TVM's servers bind
             try:
                 s.bind((host, port))
                 return True

@@ -44,9 +44,10 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
         seen = run_farm(["status", "--json"], home, timeout_s=60)
         if seen.returncode == 0 and json.loads(seen.stdout) and json.loads(seen.stdout)[0]["tasks"]:
             status = json.loads(seen.stdout)
-            # a phone and the worker die mid-job (killed by the OS): the farm starts them
-            # again; the worker's round in flight is sent again once its lease expires
-            for victim in ("phone-cpu-local-1", "worker"):
+            # the tracker, a phone and the worker die mid-job (killed by the OS): the farm
+            # starts them again; the worker's round in flight is sent again once its lease
+            # expires, the phones register at the tracker again
+            for victim in ("tracker", "phone-cpu-local-1", "worker"):
                 os.kill([pid for pid, name in started_pids(home) if name == victim][0],
                         signal.SIGKILL)
         time.sleep(2)
@@ -146,7 +147,7 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     assert timeline >= 14 * 4 * len(summary["phones"]), timeline
 
 
-def test_a_phone_or_worker_that_dies_is_started_again(first_run):
+def test_a_tracker_phone_or_worker_that_dies_is_started_again(first_run):
     """farm/local/services.py: before, the job ended with "phone-cpu-local-1: exited
     unexpectedly" (seen when a candidate's segfault took a phone down with it)."""
     home, out, proc, _ = first_run
@@ -155,6 +156,7 @@ def test_a_phone_or_worker_that_dies_is_started_again(first_run):
     assert [name for _, name in started_pids(home)].count("phone-cpu-local-1") == 2
     assert "worker exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
     assert [name for _, name in started_pids(home)].count("worker") == 2
+    assert [name for _, name in started_pids(home)].count("tracker") == 2
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["phones"]) == 2, summary["phones"]  # it came back on its own address
 
