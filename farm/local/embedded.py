@@ -243,15 +243,17 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
     group = services.ServiceGroup(pid_file=log_dir / "pids")
     with contextlib.ExitStack() as stack:
         stack.callback(group.stop)
-        redis_svc, url = services.start_redis(home / "redis", log_dir, password=new_password(),
-                                              maxmemory=config.redis_maxmemory)
-        group.add(redis_svc)
+        redis = functools.partial(services.start_redis, home / "redis", log_dir,
+                                  password=new_password(), maxmemory=config.redis_maxmemory)
+        redis_svc, url = redis()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])  # a dead Redis comes back there, its
+        group.add(redis_svc).restart = lambda: redis(port=port)[0]  # store from its AOF
         running = home / "running.json"  # `farm status` elsewhere reads this farm's store
         services.write_private(running, json.dumps({"pid": os.getpid(), "broker_url": url}))
         stack.callback(running.unlink, missing_ok=True)
         tracker_svc, tracker = services.start_tracker(log_dir)
-        port = int(tracker.rsplit(":", 1)[1])  # a dead tracker comes back there: phones re-register
-        group.add(tracker_svc).restart = lambda: services.start_tracker(log_dir, port=port)[0]
+        tport = int(tracker.rsplit(":", 1)[1])  # a dead tracker comes back there: phones register
+        group.add(tracker_svc).restart = lambda: services.start_tracker(log_dir, port=tport)[0]
         for i in range(config.phones):
             phone = functools.partial(services.start_phone, tracker, config.device_key, i,
                                       log_dir, threads, arch=arch, config=config,

@@ -29,6 +29,9 @@ def load_log_in_plain_tvm(best_dir: Path, summary: dict) -> int:
     return len(records)
 
 
+VICTIMS = ("redis", "tracker", "phone-cpu-local-1", "worker")  # killed mid-job by first_run
+
+
 @pytest.fixture(scope="module")
 def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("farm-home")
@@ -44,12 +47,12 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
         seen = run_farm(["status", "--json"], home, timeout_s=60)
         if seen.returncode == 0 and json.loads(seen.stdout) and json.loads(seen.stdout)[0]["tasks"]:
             status = json.loads(seen.stdout)
-            # the tracker, a phone and the worker die mid-job (killed by the OS): the farm
-            # starts them again; the worker's round in flight is sent again once its lease
-            # expires, the phones register at the tracker again
-            for victim in ("tracker", "phone-cpu-local-1", "worker"):
-                os.kill([pid for pid, name in started_pids(home) if name == victim][0],
-                        signal.SIGKILL)
+            # Redis, the tracker, a phone and the worker die mid-job (killed by the OS): the
+            # farm starts them again; Redis from its AOF, the phones register at the tracker
+            # again, the worker's round in flight is sent again once its lease expires
+            running = [(pid, name) for pid, name in started_pids(home) if alive(pid)]
+            for victim in VICTIMS:  # (`farm status` may have started a Redis of its own)
+                os.kill([pid for pid, name in running if name == victim][-1], signal.SIGKILL)
         time.sleep(2)
     stdout, stderr = popen.communicate(timeout=1800)
     proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
@@ -147,16 +150,14 @@ def test_report_renders_in_a_browser_without_network(first_run, tmp_path):
     assert timeline >= 14 * 4 * len(summary["phones"]), timeline
 
 
-def test_a_tracker_phone_or_worker_that_dies_is_started_again(first_run):
+def test_a_service_of_the_embedded_farm_that_dies_is_started_again(first_run):
     """farm/local/services.py: before, the job ended with "phone-cpu-local-1: exited
     unexpectedly" (seen when a candidate's segfault took a phone down with it)."""
     home, out, proc, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "phone-cpu-local-1 exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
+    for victim in VICTIMS:
+        assert f"{victim} exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
     assert [name for _, name in started_pids(home)].count("phone-cpu-local-1") == 2
-    assert "worker exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
-    assert [name for _, name in started_pids(home)].count("worker") == 2
-    assert [name for _, name in started_pids(home)].count("tracker") == 2
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["phones"]) == 2, summary["phones"]  # it came back on its own address
 
