@@ -84,7 +84,7 @@ class Service:
     name: str
     popen: subprocess.Popen
     log_path: Path
-    # how to start it again when it exits (the embedded farm's phones); None: its exit is fatal
+    # how to start it again when it exits (the embedded farm's services); None: exit is fatal
     restart: Callable[[], Service] | None = None
     restarts: int = 0
 
@@ -320,8 +320,8 @@ class ServiceGroup:
 
     def check_alive(self) -> None:
         """Raise for a service that exited, but start again one that can be restarted (at
-        most MAX_RESTARTS times): an embedded phone whose process died, as a lab's watchdog
-        restarts a crashed RPC app; the round that used it sees a lost device."""
+        most MAX_RESTARTS times): the embedded farm's Redis, tracker, phones and worker, as
+        a lab's systemd units (deploy/systemd) and a phone's watchdog restart theirs."""
         for i, svc in enumerate(self.services):
             if svc.alive():
                 continue
@@ -332,6 +332,7 @@ class ServiceGroup:
             log.warning("%s exited (code %s), starting it again (%d of %d restarts): %s",
                         svc.name, svc.popen.returncode, svc.restarts + 1, MAX_RESTARTS,
                         svc.log_tail(3))
+            svc.signal(signal.SIGKILL)  # what its process group left (a phone's session)
             again = svc.restart()
             again.restart, again.restarts = svc.restart, svc.restarts + 1
             self.services[i] = again
