@@ -60,7 +60,8 @@ def _submit_command(sub: Any) -> None:
     s.add_argument("--early-stop", type=int, metavar="ROUNDS",
                    help="stop a task after ROUNDS rounds without improvement")
     s.add_argument("--input-shape", help="e.g. 1,3,224,224 (';' between inputs); needed for .pt")
-    s.add_argument("--dtype", default="float32", help="input dtype (default float32)")
+    s.add_argument("--dtype", default="float32",
+                   help="input dtype (default float32); one per input with ';', e.g. int64;float32")
     s.add_argument("--allow-pickle", action="store_true",
                    help="load a pickled nn.Module (this runs code from the file)")
     s.add_argument("--device-key", help="device key to tune for (default cpu-local)")

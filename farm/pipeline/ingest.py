@@ -71,13 +71,28 @@ def parse_shapes(text: str | None) -> list[tuple[int, ...]] | None:
     return shapes
 
 
+def parse_dtypes(dtype: str, inputs: int) -> list[str]:
+    """--dtype: one dtype for every input, or one per input (';' between, as --input-shape:
+    a TorchScript language model takes int64 token ids and a float32 mask)."""
+    dtypes = [d.strip() for d in dtype.split(";")]
+    for d in dtypes:
+        if d not in DTYPES:
+            raise UsageError(f"unknown --dtype {d!r}", hint=f"one of {', '.join(DTYPES)} "
+                                                            "(';' between inputs)")
+    if len(dtypes) == 1:
+        return dtypes * inputs
+    if len(dtypes) != inputs:
+        raise UsageError(f"--dtype gives {len(dtypes)} dtypes for {inputs} input(s)",
+                         hint="one dtype for all inputs, or one per --input-shape shape")
+    return dtypes
+
+
 def check_inputs(shapes: list[tuple[int, ...]] | None, dtype: str) -> None:
     """Refuse an unknown dtype, or inputs too large to make (before any is allocated)."""
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown --dtype {dtype!r}", hint=f"one of {', '.join(DTYPES)}")
+    dtypes = parse_dtypes(dtype, len(shapes) if shapes is not None else 1)
     if shapes is None:
         return
-    nbytes = sum(math.prod(s) for s in shapes) * np.dtype(dtype).itemsize
+    nbytes = sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes, strict=True))
     if nbytes > MAX_INPUT_BYTES:
         shown = "; ".join(",".join(map(str, s)) for s in shapes)
         raise UsageError(f"--input-shape {shown} makes {nbytes / 2**30:,.1f} GiB of {dtype} "
@@ -214,8 +229,9 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
     if shapes is None:
         raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
                          subject=str(path))
-    tdtype = getattr(torch, dtype)
-    args = tuple(torch.from_numpy(a).to(tdtype) for a in _make_inputs(shapes, dtype))
+    args = tuple(torch.from_numpy(_make_inputs([s], d, seed=i)[0])
+                 for i, (s, d) in enumerate(zip(shapes, parse_dtypes(dtype, len(shapes)),
+                                                strict=True)))
     if fmt == "torchscript":
         return _from_torchscript(torch, path, args), args
     return _from_pickle(torch, path, args, allow_pickle), args

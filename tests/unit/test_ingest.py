@@ -139,3 +139,28 @@ def test_a_model_tvm_imports_wrongly_is_told_from_a_tuning_error(tmp_path):
         assert (result.numerics_ok, result.untuned_numerics_ok) == (ok, ok), name
     hint = numerics_hint({"numerics_ok": False, "untuned_numerics_ok": False})
     assert "TVM's import of the model is wrong" in hint
+
+
+def test_a_torchscript_model_takes_one_dtype_per_input(tmp_path):
+    """Token ids (int64) and a mask (float32): --dtype "int64;float32", one per input."""
+    import torch
+
+    from farm.core.errors import UsageError
+    from farm.pipeline import ingest
+
+    class Masked(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids, mask):
+            return (self.emb(ids) * mask.unsqueeze(-1)).sum(1)
+
+    ids, mask = torch.randint(0, 10, (2, 6)), torch.ones(2, 6)
+    path = tmp_path / "masked.pt"
+    torch.jit.trace(Masked().eval(), (ids, mask)).save(str(path))
+    bundle = ingest.load(path, [(2, 6), (2, 6)], dtype="int64;float32")
+    assert [str(i.dtype) for i in bundle.inputs] == ["int64", "float32"]
+    assert bundle.outputs[0].shape == (2, 4)
+    with pytest.raises(UsageError, match="--dtype gives 3 dtypes for 2 input"):
+        ingest.load(path, [(2, 6), (2, 6)], dtype="int64;float32;int32")
