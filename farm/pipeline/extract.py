@@ -39,9 +39,21 @@ def fuse(mod: Any, target: Any) -> Any:
         seq = tvm.transform.Sequential([
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
+            # topk, sort, cumsum, sampling: to TIR (or a library) as tvm.compile does first;
+            # LegalizeOps leaves them, and the VM cannot run them ("CodeGenVM cannot emit")
+            *_dispatch_passes(target),
             relax.pipeline.zero_pipeline(),
         ])
         return seq(mod)
+
+
+def _dispatch_passes(target: Any) -> list[Any]:
+    from tvm import relax
+
+    try:
+        return list(relax.pipeline.library_dispatch_passes(target))
+    except ValueError:  # a target kind TVM has no dispatch for: its sort ops stay unbuildable
+        return []
 
 
 def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extracted:

@@ -164,3 +164,27 @@ def test_a_torchscript_model_takes_one_dtype_per_input(tmp_path):
     assert bundle.outputs[0].shape == (2, 4)
     with pytest.raises(UsageError, match="--dtype gives 3 dtypes for 2 input"):
         ingest.load(path, [(2, 6), (2, 6)], dtype="int64;float32;int32")
+
+
+def test_a_model_with_topk_and_cumsum_builds(tmp_path):
+    """Sort and scan operators are dispatched to TIR before fusion (farm/pipeline/extract.py), as
+    tvm.compile does: before, the build failed with "CodeGenVM cannot emit this Relax operator
+    directly ... R.topk" (seen on an unseen model with a top-k head)."""
+    import torch
+
+    from farm.pipeline import ingest
+
+    class TopK(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.fc(x)
+            values, _ = torch.topk(y, 4, dim=-1)
+            return values, torch.cumsum(y, dim=1)
+
+    path = tmp_path / "topk.pt2"
+    torch.export.save(torch.export.export(TopK().eval(), (torch.randn(3, 16),)), str(path))
+    result = compiled(ingest.load(path, None), tmp_path)
+    assert result.numerics_ok and result.untuned_numerics_ok
