@@ -164,6 +164,9 @@ def _verdict(store: RecordStore, req: RoundRequest, result: RoundResult, job: Jo
             and result.measured + result.duplicates < result.requested):
         # MetaSchedule stopped before the trials asked for: no new candidate is left.
         best_effort(store.mark_exhausted, req.workload_key, count)
+        if count == 0:  # e.g. adaptive pooling with uneven windows: no sample passes its rules
+            return "exhausted", ("MetaSchedule proposed no candidate for it (TVM's default "
+                                 "schedule is used)"), {}
         return "exhausted", f"search space exhausted after {count} distinct candidates", {}
     if stopped_early(history, early):
         return "done", f"stopped early: no gain in the last {early} rounds", {}

@@ -55,3 +55,24 @@ def test_a_job_budget_is_split_over_the_tasks_that_need_trials():
     assert [p.needed for p in split] == [2, 4, 4] and all(p.max_rounds == 6 for p in split)
     covered, budget, _ = split_budget(plans, 6, 8, 4)  # the store holds the whole budget
     assert budget == 0 and all(p.cached for p in covered)
+
+
+def test_a_round_that_found_no_candidate_at_all_says_so():
+    """An operator MetaSchedule proposes nothing for (adaptive pooling with uneven windows, seen
+    on an unseen model) was reported as "search space exhausted after 0 distinct candidates"."""
+    from farm.core.messages import RoundRequest, RoundResult
+    from farm.pipeline.plan import _verdict
+
+    store = open_store("memory://")
+    req = RoundRequest(job_id="j", workload_key="w", task_name="pool", round_index=0, trials=2,
+                       target_trials=2, max_rounds=4, device_key="k")
+    found_none = RoundResult(job_id="j", workload_key="w", round_index=0, host="h", measured=0,
+                             valid=0, requested=2)
+    state, message, _ = _verdict(store, req, found_none, None, [])
+    assert (state, message) == ("exhausted", "MetaSchedule proposed no candidate for it (TVM's "
+                                             "default schedule is used)")
+    store.add_record(StoredRecord(workload_key="w", candidate="c", record=[{}, [1.0]], run_us=1.0))
+    found_one = RoundResult(job_id="j", workload_key="w", round_index=0, host="h", measured=1,
+                            valid=1, requested=2)
+    assert _verdict(store, req, found_one, None, [])[1] == "search space exhausted after 1 " \
+                                                           "distinct candidates"
