@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from farm.core.errors import ExtractError, IngestError, UsageError
-from farm.pipeline.rewrite import alias_overloads, promote_types
+from farm.pipeline.rewrite import alias_overloads, promote_types, training_ops
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,10 @@ def load(
                           hint="run `pip install tunefarm[torch]` (workers do not need it)") from e
     torch.set_num_threads(threads)
     ep, args = _to_exported_program(torch, path, fmt, input_shapes, dtype, allow_pickle)
+    if training := training_ops(torch, ep):
+        raise UsageError(f"the model runs in training mode ({', '.join(training)}): TVM compiles "
+                         "it for inference, so it would never match torch", subject=str(path),
+                         hint="call model.eval() before torch.export.export / torch.jit.trace")
     inputs = [a.detach().cpu().numpy() for a in args]
     module = ep.module()
     with torch.no_grad():

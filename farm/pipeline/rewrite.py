@@ -1,5 +1,6 @@
-"""Rewrites of a torch.export graph before TVM's frontend reads it: what torch computes
-implicitly or by an overload TVM lacks, made explicit in operators TVM converts."""
+"""A torch.export graph before TVM's frontend reads it: checked for what cannot be deployed
+(a model exported in training mode), and rewritten where torch computes implicitly or by an
+overload TVM lacks, in operators TVM converts."""
 
 from __future__ import annotations
 
@@ -62,3 +63,22 @@ def promote_types(torch: Any, ep: Any) -> int:
     if casts:
         ep.graph_module.recompile()
     return casts
+
+
+def training_ops(torch: Any, ep: Any) -> list[str]:
+    """The operators that run as in training: batch norm on the batch's statistics, dropout
+    that drops. TVM compiles them for inference (running statistics, no dropout), so such a
+    model never matches torch and its tuning is for a model nobody deploys."""
+    aten = torch.ops.aten
+    flags = {aten.batch_norm.default: 5, aten.dropout.default: 2,  # the `training` argument
+             aten.feature_dropout.default: 2, aten.alpha_dropout.default: 2,
+             aten._native_batch_norm_legit_functional.default: 5,
+             aten._native_batch_norm_legit.default: 5, aten.native_dropout.default: 2}
+    found = []
+    for node in ep.graph_module.graph.nodes:
+        at = flags.get(node.target) if node.op == "call_function" else None
+        if at is not None and len(node.args) > at and node.args[at] is True:
+            found.append(str(node.target).split(".")[-2] if "." in str(node.target)
+                         else str(node.target))
+    return sorted(set(found))
+

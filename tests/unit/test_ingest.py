@@ -188,3 +188,23 @@ def test_a_model_with_topk_and_cumsum_builds(tmp_path):
     torch.export.save(torch.export.export(TopK().eval(), (torch.randn(3, 16),)), str(path))
     result = compiled(ingest.load(path, None), tmp_path)
     assert result.numerics_ok and result.untuned_numerics_ok
+
+
+def test_a_model_exported_in_training_mode_is_refused_with_the_fix(tmp_path):
+    """Exported without model.eval(): batch norm on batch statistics, dropout that drops. TVM
+    compiles for inference, so the job tuned for ever and then said "numerics DO NOT match
+    torch" (blaming TVM's import); now it is refused before anything is tuned."""
+    import torch
+
+    from farm.core.errors import UsageError
+    from farm.pipeline import ingest
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                              torch.nn.Dropout(0.5), torch.nn.Flatten())
+    x = torch.randn(2, 3, 6, 6)
+    torch.export.save(torch.export.export(net, (x,)), str(tmp_path / "train.pt2"))  # no eval()
+    with pytest.raises(UsageError) as e:
+        ingest.load(tmp_path / "train.pt2", None)
+    assert "training mode (batch_norm, dropout)" in str(e.value) and "model.eval()" in e.value.hint
+    torch.export.save(torch.export.export(net.eval(), (x,)), str(tmp_path / "eval.pt2"))
+    assert ingest.load(tmp_path / "eval.pt2", None).outputs[0].shape == (2, 64)
