@@ -289,7 +289,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.callback import RoundCounters, StoreCallback
     from workers.costmodel import round_model
     from workers.database import StoreDatabase
-    from workers.search import StoreAwareSearch, evolutionary, to_verify
+    from workers.search import round_search
 
     profile = ctx.profile(req.device_key)
     phones = _start(ctx, store, req, prior, profile, task.target)
@@ -303,12 +303,8 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     threads = ctx.search_threads
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, database.workload, target, threads)  # ranked_by "": the first batch
-    search = StoreAwareSearch(store, req.workload_key, database.workload, target,
-                              inner=evolutionary(ctx.config.search_population),
-                              cold=not ranked_by and not single,  # ... is sampled at random
-                              verify=[] if single else to_verify(store, req.workload_key),
-                              tvm_version=tvm.__version__, stop=checker(ctx, store, req),
-                              want=trials)
+    search = round_search(store, task, database.workload, target, trials, single, learned,
+                          ranked_by, ctx.config, stop=checker(ctx, store, req))
     counters, work_dir = RoundCounters(), tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
     spans = {"key": req.device_key, "task": task.name, "batch": req.round_id}  # phones' time
@@ -375,9 +371,10 @@ def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any,
             counts: dict[str, int], trials: int, single: bool, t0: float,
             ranked_by: str = "") -> RoundResult:
     skipped = counts["skipped"]
-    log.info("round %s of %s on %s: %d new records (%d valid, %d stored candidates skipped, "
-             "%d duplicates, %d device lost), best %s us", req.round_index + 1, task.name,
-             ctx.host, counters.new, counters.valid, skipped, counters.duplicates,
+    log.info("round %s of %s on %s: %d new records (%d valid, %d seeded from relatives, %d "
+             "stored candidates skipped, %d duplicates, %d device lost), best %s us",
+             req.round_index + 1, task.name, ctx.host, counters.new, counters.valid,
+             counts.get("seeded", 0), skipped, counters.duplicates,
              counters.device_lost, f"{counters.best_us:.1f}" if counters.best_us else "-")
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,

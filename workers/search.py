@@ -81,7 +81,8 @@ class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
                  inner: Any = None, counts: dict[str, int] | None = None,
                  cold: bool = False, verify: list[StoredRecord] | None = None,
-                 tvm_version: str = "", stop: Any = None, want: int = 0) -> None:
+                 tvm_version: str = "", stop: Any = None, want: int = 0,
+                 seed: Any = None) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -105,9 +106,13 @@ class StoreAwareSearch(PySearchStrategy):
         # untrusted stored records to measure before the search starts (their own batch)
         self.verify = list(verify or [])
         self.tvm_version = tvm_version
-        self._verifying = False
+        self._own_batch = False  # the batch is verify records or seeds: not the search's
+        # a function of the TuneContext making the first candidates (workers/transfer.py)
+        self.seed = seed
+        self.context: Any = None
 
     def _initialize_with_tune_context(self, context: Any) -> None:
+        self.context = context
         self.inner._initialize_with_tune_context(context)
         if self.first is not None:
             self.first._initialize_with_tune_context(context)
@@ -173,6 +178,22 @@ class StoreAwareSearch(PySearchStrategy):
                 known[i] = rec
         return known, twins
 
+    def _seed_batch(self, left: int) -> list[Any]:
+        """The seeds (once): those the store does not hold, each once, at most `left`."""
+        make, self.seed = self.seed, None
+        out, seen = [], set()
+        try:
+            made = make(self.context)
+        except Exception as e:  # noqa: BLE001 - seeds are a head start, never a must
+            log.warning("workload %s: no seeds from its relatives: %s", self.workload_key, e)
+            return []
+        for cand in made:
+            h = candidate_hash(record_of(cand, self.workload, self.target))
+            if h not in seen and self.store.get_record(self.workload_key, h) is None:
+                seen.add(h)
+                out.append(cand)
+        return out[:left]
+
     def _verify_batch(self) -> list[Any]:
         """The untrusted records to measure first, as measure candidates."""
         out = []
@@ -192,12 +213,19 @@ class StoreAwareSearch(PySearchStrategy):
             if cands:
                 log.info("workload %s: measuring %d imported or other-TVM records first",
                          self.workload_key, len(cands))
-                self._verifying = True
+                self._own_batch = True
                 self._batch = (cands, {}, {}, list(range(len(cands))))
                 return cands
         left = self.want - self.counts["fresh"] if self.want else 1
         if left <= 0:
             return None  # the round measured what it was asked for
+        seeded = self._seed_batch(left) if self.seed is not None else []
+        if seeded:
+            self.counts["fresh"] += len(seeded)
+            self.counts["seeded"] = len(seeded)
+            self._own_batch = True
+            self._batch = (seeded, {}, {}, list(range(len(seeded))))
+            return seeded
         if self.stop is not None and self.counts["fresh"] and self.stop():  # after the first
             self.counts["handed_off"] = 1
             return None
@@ -224,8 +252,8 @@ class StoreAwareSearch(PySearchStrategy):
         assert self._batch is not None, "notify_runner_results without a batch"
         cands, known, twins, fresh = self._batch
         self._batch = None
-        if self._verifying:  # the search did not propose these; their records are committed
-            self._verifying = False
+        if self._own_batch:  # the search did not propose these; their records are committed
+            self._own_batch = False
             return
         measured = dict(zip(fresh, results, strict=True))
         full = []
@@ -237,4 +265,24 @@ class StoreAwareSearch(PySearchStrategy):
     def clone(self) -> Any:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
                                 self.inner.clone(), self.counts, self.cold, self.verify,
-                                self.tvm_version, self.stop, self.want)
+                                self.tvm_version, self.stop, self.want, self.seed)
+
+
+def round_search(store: RecordStore, task: Any, workload: Workload, target: Any, trials: int,
+                 single: bool, learned: int, ranked_by: str, config: Any,
+                 stop: Any = None) -> StoreAwareSearch:
+    """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
+    workload's first batch at random, a new one's first its relatives' best schedules
+    (workers/transfer.py), imported records verified first."""
+    import tvm
+
+    from workers.transfer import seeds
+
+    return StoreAwareSearch(store, task.workload_key, workload, target,
+                            inner=evolutionary(config.search_population),
+                            cold=not ranked_by and not single,  # ... is sampled at random
+                            verify=[] if single else to_verify(store, task.workload_key),
+                            tvm_version=tvm.__version__, stop=stop, want=trials,
+                            seed=None if single or learned else seeds(store, task,
+                                                                      config.transfer_seeds))
+

@@ -65,6 +65,9 @@ class FarmConfig:
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
+    # a workload the store has never measured measures first up to this many of its
+    # relatives' best schedules, replayed on it (workers/transfer.py); 0: never
+    transfer_seeds: int = 8
     # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -106,6 +109,8 @@ class FarmConfig:
             raise bad("metrics_port", "must be a port from 1 to 65535 (0: no metrics)")
         if self.search_cores < 0:
             raise bad("search_cores", "must be >= 0 (0: automatic)")
+        if self.transfer_seeds < 0:
+            raise bad("transfer_seeds", "must be >= 0 (0: never)")
         if self.round_handoff not in (0, 1):
             raise bad("round_handoff", "must be 1 (hand off) or 0 (never)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
@@ -200,6 +205,7 @@ _ENV = {
     "search_cores": "FARM_SEARCH_CORES",
     "search_population": "FARM_SEARCH_POPULATION",
     "round_handoff": "FARM_ROUND_HANDOFF",
+    "transfer_seeds": "FARM_TRANSFER_SEEDS",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",

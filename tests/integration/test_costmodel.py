@@ -1,6 +1,8 @@
 """The key's cost model (workers/costmodel.py), trained from a real Redis store of real
 measurements: it ranks the candidates of a workload it never saw better than random, and a
-real round of a new workload (real tracker, real phone) trains it and searches with it."""
+real round of a new workload (real tracker, real phone) trains it and searches with it.
+And from the same store, a new workload's first candidates are its relatives' best schedules
+(workers/transfer.py): they fit its shapes, build, and run faster than random ones."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ NEW = (160, 96, 128)  # a workload no record of which is stored before its round
 TRIALS = 32  # random candidates measured per workload (MetaSchedule's replay-trace)
 
 
-def matmul(m: int, n: int, k: int):
+def matmul(m: int, n: int, k: int, bias_relu: bool = False):
     import tvm
     from tvm import te
 
@@ -33,20 +35,30 @@ def matmul(m: int, n: int, k: int):
     b = te.placeholder((k, n), name="B")
     r = te.reduce_axis((0, k), name="k")
     c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
+    args = [a, b, c]
+    if bias_relu:  # a dense layer's epilogue, as a fused task has it
+        bias = te.placeholder((n,), name="bias")
+        d = te.compute((m, n), lambda i, j: te.max(c[i, j] + bias[j], 0.0), name="D")
+        args = [a, b, bias, d]
+    return tvm.IRModule({"main": te.create_prim_func(args).with_attr("global_symbol", "main")})
 
 
-def put_task(store, shape, profile) -> TuneTask:
+def matmul_task(shape, profile, bias_relu: bool = False) -> TuneTask:
     import tvm
     import tvm_ffi
 
     from farm.pipeline.extract import workload_key
 
-    mod = matmul(*shape)
+    mod = matmul(*shape, bias_relu=bias_relu)
     target = profile.target_json()
-    task = TuneTask(name="matmul_" + "x".join(map(str, shape)), weight=1, target=target,
+    name = ("dense_relu_" if bias_relu else "matmul_") + "x".join(map(str, shape))
+    return TuneTask(name=name, weight=1, target=target,
                     workload_key=workload_key(tvm_ffi.structural_hash(mod), target, profile.key),
                     mod_json=tvm.ir.save_json(mod), device_key=profile.key)
+
+
+def put_task(store, shape, profile) -> TuneTask:
+    task = matmul_task(shape, profile)
     store.put_workload(task)
     return task
 
@@ -159,7 +171,8 @@ def test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it(farm_s
         svc, tracker = services.start_tracker(data)
         group.add(svc)
         group.add(services.start_phone(tracker, profile.key, 0, data))
-        ctx = WorkerContext(config=FarmConfig(device_wait_s=60), tracker=tracker, host="test-host")
+        ctx = WorkerContext(config=FarmConfig(device_wait_s=60, transfer_seeds=0),  # ranked,
+                            tracker=tracker, host="test-host")  # not seeded (test_transfer)
         req = RoundRequest(job_id="j-new", workload_key=task.workload_key, task_name=task.name,
                            round_index=0, trials=8, target_trials=8, max_rounds=1,
                            device_key=profile.key)
@@ -218,3 +231,68 @@ def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_sto
     # measured: 0.9+ (the correction fits the batch it learned from)
     assert rank_correlation(after, fake_us) > 0.5, (after, fake_us)
     assert ranked.corrected_on == len(cands) and not ranked.warm()
+
+
+SEEDED = (80, 112, 144)  # a matmul of a shape no stored workload has
+
+
+def time_candidates(cands, target) -> list[float]:
+    """Each candidate compiled and timed in this process on this CPU (median of 5 x 3 runs),
+    in us; inf for one that does not build."""
+    import tvm
+
+    out = []
+    for cand in cands:
+        try:
+            lib = tvm.compile(cand.sch.mod, target=target)
+        except Exception:  # noqa: BLE001 - a candidate that does not build is not fast
+            out.append(float("inf"))
+            continue
+        args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in info.shape])
+                                   .astype(str(info.dtype))) for info in cand.args_info]
+        timer = lib.mod.time_evaluator("main", tvm.cpu(), number=3, repeat=5)
+        out.append(float(np.median(timer(*args).results)) * 1e6)
+    return out
+
+
+def test_a_new_workload_is_seeded_with_its_relatives_best_schedules(farm_store):
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from farm.pipeline.extract import load_mod
+    from workers import transfer
+
+    store, profile, tasks, _ = farm_store
+    # a dense layer with bias and ReLU: its relatives are the stored plain matmuls (another
+    # epilogue, other shapes); not stored itself: the other tests count the key's workloads
+    task = matmul_task(SEEDED, profile, bias_relu=True)
+    target = tvm.target.Target(task.target)
+    context = TuneContext(mod=load_mod(task), target=target, space_generator="post-order-apply",
+                          search_strategy="replay-trace", task_name="seeded", num_threads=1)
+    seeds = transfer.seeds(store, task, 4)(context)
+    assert len(seeds) == 4  # every stored matmul is a relative: its decisions fit
+    for cand in seeds:  # fitted: every loop's tiles multiply to its extent here
+        for inst, decision in cand.sch.trace.decisions.items():
+            if inst.kind.name == "SamplePerfectTile":
+                assert int(np.prod([int(f) for f in decision])) in SEEDED, decision
+    strategy = context.search_strategy  # 32 random candidates of the same workload
+    strategy.pre_tuning(TRIALS, TRIALS, context.space_generator.generate_design_space(
+        context.mod), None, None)
+    random = list(strategy.generate_measure_candidates())
+    seeded_us = time_candidates(seeds, target)
+    random_us = [t for t in time_candidates(random, target) if np.isfinite(t)]
+    # the relatives' best (each the best of 32 random schedules of its own shape) beat a
+    # random schedule of this one: their mean under the random candidates' median
+    assert all(np.isfinite(seeded_us)), seeded_us
+    assert np.mean(seeded_us) < np.median(random_us), (seeded_us, random_us)
+
+
+def test_fit_tiles_keeps_the_inner_factors_that_divide():
+    from workers.transfer import fit_tiles
+
+    assert fit_tiles([1, 2, 8, 4], 64) == [1, 2, 8, 4]  # fits already
+    assert fit_tiles([1, 2, 8, 4], 128) == [2, 2, 8, 4]
+    assert fit_tiles([40, 2], 200) == [100, 2]
+    assert fit_tiles([2, 1, 24, 2], 48) == [1, 1, 24, 2]
+    assert fit_tiles([1, 16], 12) == [1, 12]  # 16 does not divide 12: its largest divisor below
+    assert fit_tiles([4, 8, 7], 30) == [1, 5, 6]
