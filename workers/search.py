@@ -13,7 +13,9 @@ random) gets its first batch from plain random sampling of the design space
 (MetaSchedule's ReplayTrace): the evolutionary search would spend ~25 s of CPU
 per batch evolving random samples under random scores, which is random sampling
 too, only slower. From the second batch on, the evolutionary search runs as
-usual, starting from the first batch's measurements.
+usual, starting from the first batch's measurements. A cold workload seeded with its
+relatives' best schedules (workers/transfer.py) measures those instead of the random batch:
+the evolutionary search then starts from them.
 
 A stored record the farm does not trust (imported with `farm cache import`, or
 measured with another TVM version) is not a known result: the search measures it
@@ -224,6 +226,8 @@ class StoreAwareSearch(PySearchStrategy):
             self.counts["fresh"] += len(seeded)
             self.counts["seeded"] = len(seeded)
             self._own_batch = True
+            if self._inner_active:  # the evolutionary search starts from them, not at random
+                self._end_first()
             self._batch = (seeded, {}, {}, list(range(len(seeded))))
             return seeded
         if self.stop is not None and self.counts["fresh"] and self.stop():  # after the first

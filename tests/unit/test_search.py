@@ -233,3 +233,39 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
     batch = told.generate_measure_candidates()
     told.notify_runner_results(batch, [RunnerResult([1e-6], None)] * len(batch))
     assert told.generate_measure_candidates() is None and told.counts["handed_off"] == 1
+
+
+def test_seeds_are_measured_first_once_and_not_told_to_the_search():
+    """A new workload's relatives' schedules (workers/transfer.py) are the round's first batch:
+    those the store does not hold, each once, counted as new candidates of the round; the
+    search is not told of them (it did not propose them: the store's best is where it starts),
+    and the random first batch of a cold workload is dropped for them."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import Workload
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from farm.store import StoredRecord, candidate_hash
+    from workers.search import StoreAwareSearch, record_of
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
+    c = candidates(mod, 4)
+    rec = record_of(c[0], workload, target, [5e-6])
+    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
+                                  run_us=5.0))
+    asked = []
+    inner = FakeInner([[c[3]]])
+    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=8,
+                              seed=lambda context: asked.append(context) or [c[0], c[1], c[1], c[2]])
+    search.first = object()  # stands for a cold workload's random first batch
+    search._end_first = lambda: setattr(search, "first", None)
+    search._inner_active = True
+    seeded = search.generate_measure_candidates()
+    hashes = [candidate_hash(record_of(x, workload, target)) for x in seeded]
+    assert hashes == [candidate_hash(record_of(x, workload, target)) for x in (c[1], c[2])]
+    assert len(asked) == 1 and search.counts["fresh"] == 2 and search.counts["seeded"] == 2
+    assert search.first is None  # the evolutionary search starts from the seeds
+    search.notify_runner_results(seeded, [RunnerResult([1e-6], None)] * 2)
+    assert inner.notified == []
+    assert search.generate_measure_candidates() == [c[3]] and len(asked) == 1  # once
