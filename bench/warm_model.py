@@ -67,13 +67,14 @@ def to_within(points: list[float], ref: float, budget: int) -> int:
 
 
 def held_out(name: str, model: Path, trials: int, fill_home: Path, work: Path,
-             order: tuple[str, str]) -> list[dict[str, Any]]:
+             order: tuple[str, str], seeds: str = "") -> list[dict[str, Any]]:
     runs = {}
     for side in order:
         home = fill_home if side == "warm" else work / f"home-cold-{name}"
         t0 = time.monotonic()
         runs[side] = (home, farm_submit(model, trials, work / f"{side}-{name}", home,
-                                        env=threads_env(1, work)))
+                                        env={**threads_env(1, work), **(
+                                            {"FARM_TRANSFER_SEEDS": seeds} if seeds else {})}))
         print(f"{name} {side}: {runs[side][1]['trials']} trials, "
               f"{time.monotonic() - t0:.0f} s", flush=True)
     rows = []
@@ -132,6 +133,8 @@ def main() -> int:
     ap.add_argument("--fill", default="resnet,transformer")
     ap.add_argument("--held-out", default="mobile,mobilenet")
     ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--transfer-seeds", default="",
+                    help="the held-out jobs' transfer_seeds (default: the farm's, 8)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("warm_model.md")))
     ap.add_argument("--work", default="", help="keep the farm homes here (default: temporary)")
     ap.add_argument("--from-home", default="",
@@ -154,7 +157,8 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for n, name in enumerate(filter(None, args.held_out.split(","))):
         order = ("cold", "warm") if n % 2 == 0 else ("warm", "cold")
-        rows += held_out(name, work / f"{name}.pt2", args.trials, fill_home, work, order)
+        rows += held_out(name, work / f"{name}.pt2", args.trials, fill_home, work, order,
+                         args.transfer_seeds)
     text = report(rows, args, fill_s)
     Path(args.out).write_text(text)
     print(text)
