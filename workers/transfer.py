@@ -107,7 +107,10 @@ def replay(decisions: dict[str, list[Any]], space: Any, mod: Any, postprocs: lis
     tiles = "SamplePerfectTile"
     if mine.get(tiles, 0) != len(decisions.get(tiles, [])) or not mine.get(tiles):
         return None
-    use = {k: list(v) for k, v in decisions.items() if mine.get(k) == len(v)}
+    # tiles and unrolling only: a relative's compute locations left traces TVM's evolutionary
+    # search could not replay or mutate ("old_outputs.size() == new_outputs.size()")
+    use = {k: list(v) for k, v in decisions.items()
+           if k in (tiles, "SampleCategorical") and mine.get(k) == len(v)}
     sch = Schedule(mod)
 
     def provide(inst: Any, inputs: list[Any], _attrs: Any, decision: Any) -> Any:
