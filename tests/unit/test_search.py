@@ -131,6 +131,25 @@ def candidates(mod, count):
     return out
 
 
+def first_one_stored(count):
+    """A memory store holding the first of `count` candidates of a matmul (5 us), the
+    workload, its target and the candidates."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    from farm.store import StoredRecord, candidate_hash
+    from workers.search import record_of
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
+    c = candidates(mod, count)
+    rec = record_of(c[0], workload, target, [5e-6])
+    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
+                                  run_us=5.0))
+    return store, workload, target, c
+
+
 def test_the_search_never_hands_out_a_stored_candidate():
     import tvm
     from tvm.s_tir.meta_schedule.database import Workload
@@ -199,20 +218,11 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
 def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_told():
     """Stored proposals do not use up a round's trials (it measures `want` new candidates),
     and a `stop` hook (workers/handoff.py) is asked before every batch after the first."""
-    import tvm
-    from tvm.s_tir.meta_schedule.database import Workload
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from farm.store import StoredRecord, candidate_hash
-    from workers.search import StoreAwareSearch, record_of
+    from workers.search import StoreAwareSearch
 
-    store = open_store("memory://")
-    mod = matmul_mod(32)
-    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
-    c = candidates(mod, 6)
-    rec = record_of(c[0], workload, target, [5e-6])
-    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
-                                  run_us=5.0))
+    store, workload, target, c = first_one_stored(6)
     inner = FakeInner([[c[0], c[1], c[2]], [c[3], c[4], c[5]], [c[5]]])
     asked = []
     search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=3,
@@ -240,20 +250,12 @@ def test_seeds_are_measured_first_once_and_not_told_to_the_search():
     those the store does not hold, each once, counted as new candidates of the round; the
     search is not told of them (it did not propose them: the store's best is where it starts),
     and the random first batch of a cold workload is dropped for them."""
-    import tvm
-    from tvm.s_tir.meta_schedule.database import Workload
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from farm.store import StoredRecord, candidate_hash
+    from farm.store import candidate_hash
     from workers.search import StoreAwareSearch, record_of
 
-    store = open_store("memory://")
-    mod = matmul_mod(32)
-    workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
-    c = candidates(mod, 4)
-    rec = record_of(c[0], workload, target, [5e-6])
-    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
-                                  run_us=5.0))
+    store, workload, target, c = first_one_stored(4)
     asked = []
     inner = FakeInner([[c[3]]])
     search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=8,
