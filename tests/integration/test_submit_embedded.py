@@ -157,7 +157,9 @@ def test_a_service_of_the_embedded_farm_that_dies_is_started_again(first_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for victim in VICTIMS:
         assert f"{victim} exited (code -9), starting it again" in proc.stderr, proc.stderr[-3000:]
-    assert [name for _, name in started_pids(home)].count("phone-cpu-local-1") == 2
+    # the first job's farm lists it twice (another test's job on this home lists its own)
+    lists = [f.read_text().split() for f in (home / "logs").glob("*/pids*")]
+    assert any(names.count("phone-cpu-local-1") == 2 for names in lists), lists
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["phones"]) == 2, summary["phones"]  # it came back on its own address
 
