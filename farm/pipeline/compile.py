@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from farm.core.errors import CompileError
 from farm.devices.tracker import request_phone
 
 log = logging.getLogger(__name__)
+# seconds of runs a model is timed for, at most (tuned and untuned each): the phone's session
+# lasts 120 s, and ResNet-18 at 224 x 224 untuned on one thread took it all (RPCSessionTimeout)
+TIMING_BUDGET_S = 30.0
 
 
 @dataclass
@@ -117,8 +121,12 @@ def run_and_time(lib_path: Path, remote: Any, dev: Any, inputs: list[np.ndarray]
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     # The stateful API works over RPC also for tuple outputs.
     vm.set_input("main", *args)
+    t0 = time.perf_counter()
     vm.invoke_stateful("main")
+    once = time.perf_counter() - t0  # one run, with the RPC round trip: an upper bound
     outputs = _flatten(vm.get_outputs("main"))
+    if once * number * repeat > TIMING_BUDGET_S:  # a big model: fewer runs, or the phone's
+        number, repeat = 1, max(3, min(repeat, int(TIMING_BUDGET_S / once)))  # session expires
     timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat,
                               min_repeat_ms=50)
     res = timer("main")
