@@ -23,6 +23,7 @@ search then starts from the store's best of the workload, which now includes the
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -66,7 +67,7 @@ def _divisor_at_most(n: int, f: int) -> int:
 def fit_tiles(factors: list[int], extent: int) -> list[int]:
     """Tile factors of one loop fitted to another extent: innermost first, each the largest
     divisor of what is left that is at most the old factor; the outermost takes the rest."""
-    if factors and _product(factors) == extent:
+    if factors and math.prod(factors) == extent:
         return factors
     out, rest = [1] * len(factors), extent
     for i in range(len(factors) - 1, 0, -1):
@@ -75,13 +76,6 @@ def fit_tiles(factors: list[int], extent: int) -> list[int]:
     if factors:
         out[0] = rest
     return out
-
-
-def _product(xs: list[int]) -> int:
-    p = 1
-    for x in xs:
-        p *= x
-    return p
 
 
 def sampled(trace: Any) -> dict[str, list[Any]]:
