@@ -334,6 +334,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         raise
     finally:
         runner.set_reference(None)
+        runner.turns.end()  # a batch the round abandoned holds no other round's measurements
         shutil.rmtree(work_dir, ignore_errors=True)
     return _result(ctx, req, task, counters, search.counts, trials, single, t0, ranked_by)
 

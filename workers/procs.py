@@ -61,8 +61,9 @@ class Processes:
         """Processes made so far (each started when first needed)."""
         return len(self._all)
 
-    def view(self, width: int, timeout_s: float | None) -> Executor:
-        return Executor(self, width, timeout_s)
+    def view(self, width: int, timeout_s: float | None,
+             before: Callable[[], object] | None = None) -> Executor:
+        return Executor(self, width, timeout_s, before)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -80,14 +81,19 @@ def for_rounds(max_uses: int) -> Processes:
 
 
 class Executor:
-    """At most `width` calls at once on `processes`, each bounded by `timeout_s`."""
+    """At most `width` calls at once on `processes`, each bounded by `timeout_s`; `before`
+    runs ahead of each call, outside its deadline (the runner's turn: workers/turns.py)."""
 
-    def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:
+    def __init__(self, processes: Processes, width: int, timeout_s: float | None,
+                 before: Callable[[], object] | None = None) -> None:
         self.processes = processes
         self.timeout_s = timeout_s
+        self.before = before
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
 
     def _call(self, fn: Callable, args: tuple, kwargs: dict | None) -> Any:
+        if self.before is not None:
+            self.before()
         return self.processes.call(fn, args, kwargs, self.timeout_s)
 
     def _caught(self, fn: Callable, arg: Any) -> MapResult:

@@ -32,6 +32,7 @@ from farm.devices.tracker import parse_addr
 from workers import phonelog
 from workers.phonelog import LostPolicy, PhoneLog
 from workers.procs import Processes
+from workers.turns import Turns
 
 
 @derived_object
@@ -50,7 +51,9 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
             max_workers=max_workers,
         )
         self.pool.shutdown()  # measures on `processes` (the builder's too: workers/procs.py)
-        self.pool: Any = processes.view(max_workers, run_timeout_s)
+        # older batches of the key on this host first (workers/turns.py)
+        self.turns = Turns(tracker, profile.key, stale_s=2 * run_timeout_s + 10)
+        self.pool: Any = processes.view(max_workers, run_timeout_s, before=self.turns.wait)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)
@@ -78,6 +81,9 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.f_run_evaluator = (functools.partial(checked_run_evaluator, self.reference)
                                 if self.reference else None)
         self.started = time.monotonic()
+        self.turns.start(len(runner_inputs))
+        config: RPCConfig = self.rpc_config  # type: ignore[has-type]
+        self.rpc_config = config._replace(session_priority=self.turns.priority)
         return super().run(runner_inputs)
 
 

@@ -162,3 +162,41 @@ def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
     assert np.abs(args[0].numpy()).max() > 0  # the table: random
     take(*args)
     np.testing.assert_array_equal(args[2].numpy(), np.broadcast_to(args[0].numpy()[0], (2, 12, 8)))
+
+
+def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
+    """Two rounds' batches on the same phones are served one after the other, the older first
+    (workers/turns.py): side by side, both would end together and both rounds would then
+    search while every phone waits. Without the turns, the younger batch's requests, queued
+    at the tracker, take each phone the older batch frees."""
+    import concurrent.futures
+    import threading
+
+    from farm.devices.tracker import request_session
+    from workers.turns import Turns
+
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def measure(name: str, turns: Turns) -> None:
+        turns.wait()
+        session, _phone = request_session(tracker, KEY, 30, turns.priority)
+        with lock:
+            order.append(name)
+        session.cpu(0)
+        time.sleep(0.3)  # the phone runs the candidate
+        del session
+
+    def batch(name: str, n: int) -> None:
+        turns = Turns(tracker, KEY, stale_s=60, root=str(tmp_path / "queue"))
+        turns.start(n)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # a runner of 2 phones
+            list(pool.map(lambda _: measure(name, turns), range(n)))
+
+    with concurrent.futures.ThreadPoolExecutor(2) as rounds:
+        older = rounds.submit(batch, "older", 6)
+        time.sleep(0.5)  # the younger batch comes while the older one holds both phones
+        younger = rounds.submit(batch, "younger", 6)
+        older.result(timeout=120)
+        younger.result(timeout=120)
+    assert order == ["older"] * 6 + ["younger"] * 6, order

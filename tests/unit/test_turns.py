@@ -1,0 +1,64 @@
+"""workers/turns.py: a batch waits for older batches of its key on the host, but not for one
+whose process is gone or that hangs (the integration test with a real tracker and phones is
+in tests/integration/test_phones.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from workers.turns import Turns
+
+
+def older_ticket(root: str, pid: int, left: int, age_s: float = 0.0) -> str:
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=root)
+    os.makedirs(turns.dir, exist_ok=True)
+    path = os.path.join(turns.dir, f"{time.time_ns() - 10**9:020d}-{pid}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(str(left))
+    if age_s:
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return path
+
+
+def test_a_batch_waits_while_an_older_one_has_measurements_to_send(tmp_path):
+    root = str(tmp_path)
+    path = older_ticket(root, os.getpid(), left=2)
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=root)
+    turns.start(3)
+    done = threading.Event()
+    waited: list[float] = []
+    t = threading.Thread(target=lambda: (waited.append(turns.wait()), done.set()))
+    t.start()
+    assert not done.wait(0.5)  # the older batch still has 2 to send
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("0")  # it sent them
+    assert done.wait(5)
+    t.join()
+    assert waited[0] >= 0.5
+    assert turns.wait() < 0.1 and turns.wait() < 0.1  # its other two go at once
+    assert os.listdir(turns.dir) == [os.path.basename(path)]  # all sent: its ticket is gone
+
+
+def test_an_older_batch_has_the_higher_tracker_priority(tmp_path):
+    first = Turns("t", "k", stale_s=5, root=str(tmp_path))
+    first.start(1)
+    time.sleep(0.01)
+    second = Turns("t", "k", stale_s=5, root=str(tmp_path))
+    second.start(1)
+    assert first.priority > second.priority
+
+
+def test_a_dead_or_hanging_older_batch_holds_no_one(tmp_path):
+    root = str(tmp_path)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = older_ticket(root, int(gone.stdout), left=5)
+    older_ticket(root, os.getpid(), left=5, age_s=60)  # alive, but has not moved for 60 s
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=root)
+    turns.start(1)
+    assert turns.wait() < 0.5
+    assert not os.path.exists(dead)  # the dead process's ticket was removed
