@@ -229,13 +229,21 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
                            round_index=req.round_index, host=ctx.host, measured=0, valid=0,
                            wall_s=time.monotonic() - t0, skipped=True)
-    with _slot(ctx, store, req):
+    with _slot(ctx, store, req) as slot:
+        if slot is not None and slot < 0:  # it waited for a slot while another host idled
+            log.info("round %s of %s on %s: waited for a slot while another host of %s had "
+                     "no round: handing it over", req.round_index + 1, req.task_name, ctx.host,
+                     req.device_key)
+            return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
+                               round_index=req.round_index, host=ctx.host, measured=0, valid=0,
+                               requested=trials, wall_s=time.monotonic() - t0, handed_off=True)
         return _leased(ctx, store, req, task, prior, trials, missing, on_progress, t0)
 
 
 def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
     """A slot of the host's gate (workers/gate.py): how many rounds run at once follows the
-    phones' and the host's measured speed. No gate (a fixed --concurrency): no wait."""
+    phones' and the host's measured speed. No gate (a fixed --concurrency): no wait. A round
+    that waits for one while another host of the key has no round hands itself over (-1)."""
     import contextlib
 
     if ctx.gate is None:
@@ -250,13 +258,14 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
         registered = info.phones if info is not None else ()
         n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
                                 len(registered), ctx.gate.host_s(),
-                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool)
+                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool,
+                                ctx.gate.round_s())
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
         return n
 
-    return ctx.gate.slot(req.device_key, open_slots)
+    return ctx.gate.slot(req.device_key, open_slots, give_up=checker(ctx, store, req))
 
 
 def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
@@ -270,13 +279,14 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
         raise LeaseBusy(holder)
     from workers.gate import tree_cpu_s
 
-    cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
+    cpu0, began = tree_cpu_s() if ctx.gate is not None else 0.0, time.monotonic()
     try:
         result = _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
     if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
-        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH))
+        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH),
+                             time.monotonic() - began - result.measure_s)
     return result
 
 
