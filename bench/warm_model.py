@@ -134,7 +134,7 @@ def main() -> int:
     ap.add_argument("--held-out", default="mobile,mobilenet")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--transfer-seeds", default="",
-                    help="the held-out jobs' transfer_seeds (default: the farm's, 8)")
+                    help="the held-out jobs' transfer_seeds (default: the farm's, 0: off)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("warm_model.md")))
     ap.add_argument("--work", default="", help="keep the farm homes here (default: temporary)")
     ap.add_argument("--from-home", default="",

@@ -15,8 +15,8 @@ do not fit is skipped; what fits is checked by the target's postprocessors, as e
 schedule is, and measured and checked against the reference kernel like any candidate. This is transfer
 tuning (Gibson & Cano, 2022): schedules reused across operators, no model in between.
 
-The round measures them first, as its own batch (`transfer_seeds`, default 8; 0: never);
-they are new candidates of the workload and count against its trials. The evolutionary
+The round measures them first, as its own batch (`transfer_seeds` = N > 0; the default, 0,
+is off: TVM's evolutionary search crashed on some seeded rounds); they are new candidates of the workload and count against its trials. The evolutionary
 search then starts from the store's best of the workload, which now includes them.
 """
 
