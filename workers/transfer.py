@@ -16,8 +16,9 @@ schedule is, and measured and checked against the reference kernel like any cand
 tuning (Gibson & Cano, 2022): schedules reused across operators, no model in between.
 
 The round measures them first, as its own batch (`transfer_seeds` = N > 0; the default, 0,
-is off: TVM's evolutionary search crashed on some seeded rounds); they are new candidates of the workload and count against its trials. The evolutionary
-search then starts from the store's best of the workload, which now includes them.
+is off: TVM's evolutionary search crashed on some seeded rounds); they are new candidates
+of the workload and count against its trials. The evolutionary search then starts from
+the store's best of the workload, which now includes them.
 """
 
 from __future__ import annotations
