@@ -25,13 +25,15 @@ gone, or that has not moved for `stale_s` (a round that hangs), does not hold th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import tempfile
 import threading
 import time
 
-QUEUE_DIR = os.path.join(tempfile.gettempdir(), "farm-phone-queue")
+log = logging.getLogger(__name__)
+QUEUE_DIR = os.path.join(tempfile.gettempdir(), f"farm-phone-queue-{os.getuid()}")
 POLL_S = 0.02
 
 
@@ -61,10 +63,14 @@ class Turns:
             self._drop()
             if n <= 0:
                 return
-            os.makedirs(self.dir, exist_ok=True)
             self._ticket = os.path.join(self.dir, f"{time.time_ns():020d}-{os.getpid()}")
             self._left = n
-            self._write()
+            try:
+                os.makedirs(self.dir, exist_ok=True)
+                self._write()
+            except OSError as e:  # no queue (a full or read-only /tmp): measure unordered
+                log.warning("phones of %s: batches not ordered: %s", self.dir, e)
+                self._ticket, self._left = "", 0
 
     @property
     def priority(self) -> int:
@@ -89,7 +95,7 @@ class Turns:
             if ticket and self._ticket == ticket and self._left > 0:
                 self._left -= 1
                 if self._left:
-                    self._write()
+                    self._count()
                 else:
                     self._drop()
         return time.monotonic() - t0
@@ -104,6 +110,10 @@ class Turns:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(str(self._left))
         os.replace(tmp, self._ticket)
+
+    def _count(self) -> None:
+        with contextlib.suppress(OSError):  # the count is an order, never a must
+            self._write()
 
     def _drop(self) -> None:
         if self._ticket:

@@ -62,3 +62,11 @@ def test_a_dead_or_hanging_older_batch_holds_no_one(tmp_path):
     turns.start(1)
     assert turns.wait() < 0.5
     assert not os.path.exists(dead)  # the dead process's ticket was removed
+
+
+def test_no_queue_directory_means_unordered_not_failed(tmp_path):
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")  # the queue's directory cannot be made under a file
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(blocked))
+    turns.start(2)
+    assert turns.wait() < 0.1 and turns.priority == 1
