@@ -11,22 +11,18 @@ the host work and the host idle while the phones measure. Measured per key:
   for a batch, whatever else ran at the same time (a moving mean over the rounds it ran
   since the worker started, kept in the gate's directory).
 
-A round is its host work, then M (the phones serve a key's batches one after the other,
-oldest first: workers/turns.py). Whichever of H and M is longer is the bottleneck, and two
-rounds in flight keep it busy: while one round is on the bottleneck, the other does its
-shorter part and is ready when the bottleneck frees. Except where one round's own host work
-R (the wall seconds a round spends off the phones per batch: its search runs on one thread
-when two rounds share two cores, so R is larger than H) outlasts a batch on the phones while
-the host's cores still have room (H < M < R): then the phones wait R - M after every batch,
-and a third round searches meanwhile (1 + ceil(R / M) rounds, at most MAX_AT_ONCE). Where the
-host is the bottleneck, more rounds add nothing but contention (bench/scaling.md, 2026-12-02:
-1 + ceil(H / M) rounds on a host-bound 2-core host with 8 phones ran 5 at once and was slower
-than 4 phones). Where measurement must stay clean: phones that run on this host's CPU (a
-`host_cpu` profile: emulated phones) and measure faster than the host builds (M < H) share its
-cores with the search, and the host is the bottleneck anyway, so their rounds run one at a
-time. Before anything is measured: one for such phones, two otherwise.
+A round is H then M (the phones serve a key's batches one after the other, oldest first:
+workers/turns.py). Whichever is longer is the bottleneck, and two rounds in flight keep it
+busy all the time: while one round is on the bottleneck, the other does its shorter part and
+is ready when the bottleneck frees. More rounds add nothing but contention (bench/scaling.md,
+2026-12-02: 1 + ceil(H / M) rounds on a host-bound 2-core host with 8 phones ran 5 at once and
+was slower than 4 phones). So: 2 rounds of a key at once, except one where measurement must
+stay clean: phones that run on this host's CPU (a `host_cpu` profile: emulated phones) and
+measure faster than the host builds (M < H) share its cores with the search, and the host is
+the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
+for such phones, two otherwise.
 
-The Celery pool of the worker has room for MAX_AT_ONCE rounds per key it serves (`pool_size`); each
+The Celery pool of the worker has room for two rounds per key it serves (`pool_size`); each
 round takes a slot of its key at the gate (a file lock per slot, released by the kernel if
 its process dies) and only the first `rounds_at_once` slots of the key are open.
 """
@@ -37,7 +33,6 @@ import contextlib
 import fcntl
 import glob
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -46,20 +41,19 @@ from typing import Any
 from farm.core.cores import usable_cores
 
 BATCH = 16  # candidates per batch (workers/measure.py's BATCH)
-MAX_AT_ONCE = 3  # rounds of a key at once, at most
 MAX_POOL = 6
 
 
 def pool_size(keys: int) -> int:
-    """The worker's Celery concurrency when automatic: MAX_AT_ONCE rounds per key it serves."""
-    return max(MAX_AT_ONCE, min(MAX_POOL, MAX_AT_ONCE * keys))
+    """The worker's Celery concurrency when automatic: two rounds per key it serves."""
+    return max(2, min(MAX_POOL, 2 * keys))
 
 
 def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
-                   pool: int, round_s: float | None = None) -> tuple[int, str]:
+                   pool: int) -> tuple[int, str]:
     """(rounds of a key at once, why) from the mean measurement time (s) of the key's phones,
-    their number, this host's time per batch (s, all its cores), whether the phones share its
-    CPU, and the wall seconds a round spends off the phones per batch (None: not known)."""
+    their number, this host's time per batch (s, all its cores), and whether the phones
+    share its CPU."""
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
@@ -67,12 +61,6 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if host_cpu and per_batch < host_s:
         return 1, (f"phones on this host's CPU measure a batch in {per_batch:.1f} s, faster "
                    f"than it builds one ({host_s:.1f} s): one at a time, clean measurement")
-    if round_s is not None and host_s < per_batch < round_s:
-        n = min(MAX_AT_ONCE, pool, 1 + math.ceil(round_s / per_batch))
-        if n > 2:
-            return n, (f"phones measure a batch in {per_batch:.1f} s, the host builds one in "
-                       f"{host_s:.1f} s but a round spends {round_s:.1f} s off the phones: "
-                       f"{n} keep the phones busy")
     slower = "the phones" if per_batch >= host_s else "the host"
     return min(2, pool), (f"phones measure a batch in {per_batch:.1f} s, the host builds one "
                           f"in {host_s:.1f} s: {slower} the slower, kept busy by two")
@@ -158,35 +146,25 @@ class Gate:
             return False
         return True
 
-    def _read(self) -> dict[str, float]:
-        try:
-            with open(os.path.join(self.dir, "host.json"), encoding="utf-8") as f:
-                return {k: float(v) for k, v in json.load(f).items()}
-        except (OSError, ValueError, TypeError, AttributeError):
-            return {}
-
     def host_s(self) -> float | None:
         """This host's mean host time per batch (None: no round measured yet)."""
-        return self._read().get("host_s")
+        try:
+            with open(os.path.join(self.dir, "host.json"), encoding="utf-8") as f:
+                return float(json.load(f)["host_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
-    def round_s(self) -> float | None:
-        """A round's mean wall seconds off the phones per batch (None: none measured yet)."""
-        return self._read().get("round_s")
-
-    def note_host_s(self, cpu_s: float, batches: int, off_phones_s: float | None = None) -> None:
-        """Add a round's CPU seconds over its batches (as whole-host seconds: / cores) and the
-        wall seconds it spent off the phones: moving means, so they follow the workloads."""
+    def note_host_s(self, cpu_s: float, batches: int) -> None:
+        """Add a round's CPU seconds over its batches (as whole-host seconds: / cores): a
+        moving mean, so the host's speed follows the workloads' size."""
         if batches <= 0 or cpu_s <= 0:
             return
-        seen = self._read()
-        new = {"host_s": cpu_s / batches / usable_cores()}
-        if off_phones_s is not None and off_phones_s > 0:
-            new["round_s"] = off_phones_s / batches
-        for k, now in new.items():
-            seen[k] = now if k not in seen else 0.7 * seen[k] + 0.3 * now
+        now = cpu_s / batches / usable_cores()
+        old = self.host_s()
+        mean = now if old is None else 0.7 * old + 0.3 * now
         tmp = os.path.join(self.dir, f"host.json.{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(seen, f)
+            json.dump({"host_s": mean}, f)
         os.replace(tmp, os.path.join(self.dir, "host.json"))
 
 

@@ -13,7 +13,8 @@ the workload's next round (the trials still missing) goes to the key's queue, wh
 - the job has per-task budgets (a job budget's planner hands out its rounds itself).
 
 A round still waiting at its host's gate for a slot asks the same, and is handed over whole
-(workers/measure.py `_slot`): a host's pool takes a third round that the gate may not open.
+(workers/measure.py `_slot`): a host's pool takes two rounds of a key when its gate may
+open only one.
 
 One round hands off per idle host until that host's next heartbeat can show it busy (a
 claim in the store), and the round's worker holds its pool slot `HOLD_S` longer, so the

@@ -258,8 +258,7 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
         registered = info.phones if info is not None else ()
         n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
                                 len(registered), ctx.gate.host_s(),
-                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool,
-                                ctx.gate.round_s())
+                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool)
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
@@ -279,14 +278,13 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
         raise LeaseBusy(holder)
     from workers.gate import tree_cpu_s
 
-    cpu0, began = tree_cpu_s() if ctx.gate is not None else 0.0, time.monotonic()
+    cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
     try:
         result = _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
     if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
-        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH),
-                             time.monotonic() - began - result.measure_s)
+        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH))
     return result
 
 
