@@ -82,7 +82,8 @@ def for_rounds(max_uses: int) -> Processes:
 
 class Executor:
     """At most `width` calls at once on `processes`, each bounded by `timeout_s`; `before`
-    runs ahead of each call, outside its deadline (the runner's turn: workers/turns.py)."""
+    (as it was when the call was submitted) runs ahead of the call, outside its deadline (the
+    runner's turn for its batch: workers/turns.py)."""
 
     def __init__(self, processes: Processes, width: int, timeout_s: float | None,
                  before: Callable[[], object] | None = None) -> None:
@@ -91,24 +92,27 @@ class Executor:
         self.before = before
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
 
-    def _call(self, fn: Callable, args: tuple, kwargs: dict | None) -> Any:
-        if self.before is not None:
-            self.before()
+    def _call(self, before: Callable[[], object] | None, fn: Callable, args: tuple,
+              kwargs: dict | None) -> Any:
+        if before is not None:
+            before()
         return self.processes.call(fn, args, kwargs, self.timeout_s)
 
-    def _caught(self, fn: Callable, arg: Any) -> MapResult:
+    def _caught(self, before: Callable[[], object] | None, fn: Callable, arg: Any) -> MapResult:
         try:
-            return MapResult(status=StatusKind.COMPLETE, value=self._call(fn, (arg,), None))
+            return MapResult(status=StatusKind.COMPLETE,
+                             value=self._call(before, fn, (arg,), None))
         except TimeoutError as e:
             return MapResult(status=StatusKind.TIMEOUT, value=e)
         except Exception as e:  # noqa: BLE001 - returned to the caller, as TVM's pool does
             return MapResult(status=StatusKind.EXCEPTION, value=e)
 
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        return self._threads.submit(self._call, fn, args, kwargs)
+        return self._threads.submit(self._call, self.before, fn, args, kwargs)  # as it is now
 
     def map_with_error_catching(self, fn: Callable, items: Iterable[Any]) -> Iterator[MapResult]:
-        return self._threads.map(lambda x: self._caught(fn, x), items)
+        before = self.before
+        return self._threads.map(lambda x: self._caught(before, fn, x), items)
 
     def shutdown(self, wait: bool = True) -> None:
         """Ends this view's threads; the processes belong to `processes`."""

@@ -53,7 +53,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.pool.shutdown()  # measures on `processes` (the builder's too: workers/procs.py)
         # older batches of the key on this host first (workers/turns.py)
         self.turns = Turns(tracker, profile.key, stale_s=2 * run_timeout_s + 10)
-        self.pool: Any = processes.view(max_workers, run_timeout_s, before=self.turns.wait)
+        self.pool: Any = processes.view(max_workers, run_timeout_s)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)
@@ -81,7 +81,8 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.f_run_evaluator = (functools.partial(checked_run_evaluator, self.reference)
                                 if self.reference else None)
         self.started = time.monotonic()
-        self.turns.start(len(runner_inputs))
+        ticket = self.turns.start(len(runner_inputs))
+        self.pool.before = functools.partial(self.turns.wait, ticket)  # bound to this batch
         config: RPCConfig = self.rpc_config  # type: ignore[has-type]
         self.rpc_config = config._replace(session_priority=self.turns.priority)
         return super().run(runner_inputs)

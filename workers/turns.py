@@ -57,12 +57,13 @@ class Turns:
         self._ticket = ""
         self._left = 0
 
-    def start(self, n: int) -> None:
-        """A batch of `n` measurements comes to the phones (ends this process's last one)."""
+    def start(self, n: int) -> str:
+        """A batch of `n` measurements comes to the phones (ends this process's last one);
+        its ticket ("" when unordered), for `wait`."""
         with self._lock:
             self._drop()
             if n <= 0:
-                return
+                return ""
             self._ticket = os.path.join(self.dir, f"{time.time_ns():020d}-{os.getpid()}")
             self._left = n
             try:
@@ -71,6 +72,7 @@ class Turns:
             except OSError as e:  # no queue (a full or read-only /tmp): measure unordered
                 log.warning("phones of %s: batches not ordered: %s", self.dir, e)
                 self._ticket, self._left = "", 0
+            return self._ticket
 
     @property
     def priority(self) -> int:
@@ -80,12 +82,14 @@ class Turns:
         name = os.path.basename(self._ticket)
         return -(int(name.split("-", 1)[0]) // 1_000_000) if name else 1
 
-    def wait(self) -> float:
-        """Before one measurement asks for a phone: wait while an older batch has measurements
-        that have not asked; then count this one as asked. Returns the seconds waited."""
-        ticket, t0 = self._ticket, time.monotonic()
-        touched = t0
-        while ticket and self._older_waiting(os.path.basename(ticket)):
+    def wait(self, ticket: str | None = None) -> float:
+        """Before one measurement of the batch `ticket` (default: the current one) asks for a
+        phone: wait while an older batch has measurements that have not asked; then count
+        this one as asked. A measurement of a batch that is over (the round abandoned it and
+        started another) neither waits nor counts. Returns the seconds waited."""
+        ticket = self._ticket if ticket is None else ticket
+        t0 = touched = time.monotonic()
+        while ticket and ticket == self._ticket and self._older_waiting(os.path.basename(ticket)):
             time.sleep(POLL_S)
             if time.monotonic() - touched > 1.0:  # waiting is not hanging: say so to the younger
                 touched = time.monotonic()

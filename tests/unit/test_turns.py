@@ -70,3 +70,15 @@ def test_no_queue_directory_means_unordered_not_failed(tmp_path):
     turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(blocked))
     turns.start(2)
     assert turns.wait() < 0.1 and turns.priority == 1
+
+
+def test_a_measurement_of_an_abandoned_batch_does_not_count_for_the_next(tmp_path):
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(tmp_path))
+    first = turns.start(2)
+    second = turns.start(3)  # the round gave up the first batch and measures another
+    assert turns.wait(first) < 0.1  # a late measurement of the first batch
+    with open(second, encoding="utf-8") as f:
+        assert f.read() == "3"  # the second batch still has its three to send
+    turns.wait(second)
+    with open(second, encoding="utf-8") as f:
+        assert f.read() == "2"
