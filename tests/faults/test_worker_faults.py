@@ -27,7 +27,7 @@ def kill_pool(worker) -> list[int]:
     return killed
 
 
-def running_in_pool(farm, trials: int) -> bool:
+def running_in_pool(farm, store, trials: int) -> bool:
     """Does a pool child of the farm's worker run a round (hold its lease) whose workload still
     lacks records (so a kill lands mid-round, not between its last record and its end)?"""
     import redis
@@ -36,7 +36,6 @@ def running_in_pool(farm, trials: int) -> bool:
 
     pids = {c.pid for c in psutil.Process(farm.worker.pid).children()}
     r = redis.Redis.from_url(farm.redis, decode_responses=True)
-    store = farm.store()
     try:
         for k in r.scan_iter(keys.key_for("round", "*", "lease")):
             h = r.get(k)
@@ -54,8 +53,9 @@ def test_pool_child_killed_mid_round(healthy, tmp_path):
     def kill_pool_child():
         # a round in flight, not one just ended: a kill between two rounds was no fault
         # (0 retries: a clean-clone run of 2026-12-04, with rounds of one short batch)
-        wait_until("a round running in a pool child", lambda: running_in_pool(healthy, 24),
-                   120, every_s=0.05)
+        store = healthy.store()  # once: the check runs every 50 ms
+        wait_until("a round running in a pool child",
+                   lambda: running_in_pool(healthy, store, 24), 120, every_s=0.05)
         assert kill_pool(healthy.worker), "the worker has no pool child"
 
     # 24 trials: a round is 2 batches (16 + 8), and its first records are committed after the
