@@ -37,22 +37,30 @@ def _write(path: str, entry: dict[str, Any]) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
-def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: Any) -> Any:
+def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: Any,
+                   ticket: str = "") -> Any:
     """f_create_session: a session on a phone of the key that is not set aside. The phone is
     noted as soon as the tracker grants it, before connecting: a frozen phone hangs the
     connection, and the pool kills this process at its deadline. A phone set aside is not
     connected to (the tracker hands it out again once it re-registers, ~6 s later); a phone
     that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
-    it), and the wait does not count as busy."""
+    it), and the wait does not count as busy. The grant (or the failure to get one) settles
+    the measurement's turn in its batch (`ticket`: workers/turns.py)."""
     from tvm.rpc import client
+
+    from workers.turns import settle
 
     aside = _aside(log_path)
     give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone
-    while True:
-        url, port, matchkey = grant(tracker, rpc_config.tracker_key, rpc_config.session_priority)
-        phone = phone_address(url, port)
-        if aside.get(phone, 0.0) <= time.time() or time.monotonic() > give_up:
-            break
+    try:
+        while True:
+            url, port, matchkey = grant(tracker, rpc_config.tracker_key,
+                                        rpc_config.session_priority)
+            phone = phone_address(url, port)
+            if aside.get(phone, 0.0) <= time.time() or time.monotonic() > give_up:
+                break
+    finally:
+        settle(ticket)
     _SESSION["n"] += 1
     _SESSION["sid"] = sid = f"{os.getpid()}-{_SESSION['n']}"
     _SESSION["phone"] = phone

@@ -61,9 +61,8 @@ class Processes:
         """Processes made so far (each started when first needed)."""
         return len(self._all)
 
-    def view(self, width: int, timeout_s: float | None,
-             before: Callable[[], object] | None = None) -> Executor:
-        return Executor(self, width, timeout_s, before)
+    def view(self, width: int, timeout_s: float | None) -> Executor:
+        return Executor(self, width, timeout_s)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -81,38 +80,44 @@ def for_rounds(max_uses: int) -> Processes:
 
 
 class Executor:
-    """At most `width` calls at once on `processes`, each bounded by `timeout_s`; `before`
-    (as it was when the call was submitted) runs ahead of the call, outside its deadline (the
-    runner's turn for its batch: workers/turns.py)."""
+    """At most `width` calls at once on `processes`, each bounded by `timeout_s`. `before` and
+    `after` (as they were when the call was submitted) run around the call, outside its
+    deadline: the runner's turn for its batch (workers/turns.py) waits in `before`, and
+    `after` says the call is over, however it ended."""
 
-    def __init__(self, processes: Processes, width: int, timeout_s: float | None,
-                 before: Callable[[], object] | None = None) -> None:
+    def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:
         self.processes = processes
         self.timeout_s = timeout_s
-        self.before = before
+        self.before: Callable[[], object] | None = None
+        self.after: Callable[[], object] | None = None
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
 
-    def _call(self, before: Callable[[], object] | None, fn: Callable, args: tuple,
-              kwargs: dict | None) -> Any:
-        if before is not None:
-            before()
-        return self.processes.call(fn, args, kwargs, self.timeout_s)
-
-    def _caught(self, before: Callable[[], object] | None, fn: Callable, arg: Any) -> MapResult:
+    def _call(self, hooks: tuple[Callable[[], object] | None, Callable[[], object] | None],
+              fn: Callable, args: tuple, kwargs: dict | None) -> Any:
+        before, after = hooks
         try:
-            return MapResult(status=StatusKind.COMPLETE,
-                             value=self._call(before, fn, (arg,), None))
+            if before is not None:
+                before()
+            return self.processes.call(fn, args, kwargs, self.timeout_s)
+        finally:
+            if after is not None:
+                after()
+
+    def _caught(self, hooks: tuple[Any, Any], fn: Callable, arg: Any) -> MapResult:
+        try:
+            return MapResult(status=StatusKind.COMPLETE, value=self._call(hooks, fn, (arg,), None))
         except TimeoutError as e:
             return MapResult(status=StatusKind.TIMEOUT, value=e)
         except Exception as e:  # noqa: BLE001 - returned to the caller, as TVM's pool does
             return MapResult(status=StatusKind.EXCEPTION, value=e)
 
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        return self._threads.submit(self._call, self.before, fn, args, kwargs)  # as it is now
+        hooks = (self.before, self.after)  # as they are now
+        return self._threads.submit(self._call, hooks, fn, args, kwargs)
 
     def map_with_error_catching(self, fn: Callable, items: Iterable[Any]) -> Iterator[MapResult]:
-        before = self.before
-        return self._threads.map(lambda x: self._caught(before, fn, x), items)
+        hooks = (self.before, self.after)
+        return self._threads.map(lambda x: self._caught(hooks, fn, x), items)
 
     def shutdown(self, wait: bool = True) -> None:
         """Ends this view's threads; the processes belong to `processes`."""

@@ -60,8 +60,9 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         atexit.register(_remove, path + ".aside")
         self.phone_log = PhoneLog(path, deadline_s=run_timeout_s, tracker=tracker,
                                   key=profile.key, policy=policy)  # which phone measured what
-        self.f_create_session = functools.partial(phonelog.create_session, path, tracker,
-                                                  profile.cooldown_s)
+        self._create_session = functools.partial(phonelog.create_session, path, tracker,
+                                                 profile.cooldown_s)
+        self.f_create_session = self._create_session
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
         self.f_alloc_argument = alloc_index_safe
@@ -82,7 +83,11 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
                                 if self.reference else None)
         self.started = time.monotonic()
         ticket = self.turns.start(len(runner_inputs))
-        self.pool.before = functools.partial(self.turns.wait, ticket)  # bound to this batch
+        # bound to this batch: its calls wait for older batches, count once granted a phone
+        # (in the process that asks) and, all returned, let the younger ones go
+        self.pool.before = functools.partial(self.turns.wait, ticket)
+        self.pool.after = functools.partial(self.turns.returned, ticket)
+        self.f_create_session = functools.partial(self._create_session, ticket=ticket)
         config: RPCConfig = self.rpc_config  # type: ignore[has-type]
         self.rpc_config = config._replace(session_priority=self.turns.priority)
         return super().run(runner_inputs)

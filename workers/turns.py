@@ -10,21 +10,27 @@ phones serve the younger: the rounds stay out of step by themselves.
 
 So before a measurement of a batch asks the tracker for a phone, it waits while an older
 batch of the same tracker and key, in any process of this host, still has measurements
-that have not asked: the older batch's requests are always the ones waiting at the
-tracker when a phone frees. They also ask with a higher priority (the older the batch, the
-higher), so an older batch's request that reaches the tracker a moment after a younger
-one's still gets the next free phone. The wait is in the round process, before the measurement's
-deadline starts (`run_timeout_s` counts from the request, not from the queue), and the
-phones still go to whichever is free (a fast phone serves more).
+that the tracker has not given a phone: the older batch's requests are always the ones
+waiting at the tracker when a phone frees. Counting a measurement when it *asks* was not
+enough: the older batch's last request could reach the tracker a moment after a younger
+one's, just as a phone freed, and the younger took it (a clean-clone run of 2026-12-05).
+So a measurement counts once its phone is granted, or once asking failed (`settle`, in
+the process that asks: phonelog.create_session), and a batch whose calls have all returned
+holds no one, even where a call was killed before it could settle. Requests also carry a
+priority (the older the batch, the higher). The wait is in the round process, before the
+measurement's deadline starts (`run_timeout_s` counts from the request, not from the
+queue), and the phones still go to whichever is free (a fast phone serves more).
 
 Each batch is a file in a per-host directory, named by when the batch came (ns) and its
-process, holding how many of its measurements have not asked yet. A batch whose process is
-gone, or that has not moved for `stale_s` (a round that hangs), does not hold the others.
+process, holding how many of its measurements have no phone yet (ten digits, rewritten in
+place under a lock by the processes that ask). A batch whose process is gone, or that has
+not moved for `stale_s` (a round that hangs), does not hold the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -55,7 +61,7 @@ class Turns:
         self.stale_s = stale_s
         self._lock = threading.Lock()
         self._ticket = ""
-        self._left = 0
+        self._left = 0  # its calls that have not returned
 
     def start(self, n: int) -> str:
         """A batch of `n` measurements comes to the phones (ends this process's last one);
@@ -84,9 +90,9 @@ class Turns:
 
     def wait(self, ticket: str | None = None) -> float:
         """Before one measurement of the batch `ticket` (default: the current one) asks for a
-        phone: wait while an older batch has measurements that have not asked; then count
-        this one as asked. A measurement of a batch that is over (the round abandoned it and
-        started another) neither waits nor counts. Returns the seconds waited."""
+        phone: wait while an older batch has measurements with no phone yet. A measurement
+        of a batch that is over (the round abandoned it and started another) does not wait.
+        Returns the seconds waited."""
         ticket = self._ticket if ticket is None else ticket
         t0 = touched = time.monotonic()
         while ticket and ticket == self._ticket and self._older_waiting(os.path.basename(ticket)):
@@ -95,14 +101,16 @@ class Turns:
                 touched = time.monotonic()
                 with contextlib.suppress(FileNotFoundError):
                     os.utime(ticket)
+        return time.monotonic() - t0
+
+    def returned(self, ticket: str) -> None:
+        """A measurement call of batch `ticket` returned (measured, failed or killed at its
+        deadline): once all have, the batch holds no one, settled or not."""
         with self._lock:
             if ticket and self._ticket == ticket and self._left > 0:
                 self._left -= 1
-                if self._left:
-                    self._count()
-                else:
+                if not self._left:
                     self._drop()
-        return time.monotonic() - t0
 
     def end(self) -> None:
         """The batch is over (its measurements done or abandoned): it holds no one."""
@@ -112,12 +120,8 @@ class Turns:
     def _write(self) -> None:
         tmp = f"{self._ticket}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(str(self._left))
+            f.write(f"{self._left:010d}")
         os.replace(tmp, self._ticket)
-
-    def _count(self) -> None:
-        with contextlib.suppress(OSError):  # the count is an order, never a must
-            self._write()
 
     def _drop(self) -> None:
         if self._ticket:
@@ -149,3 +153,22 @@ class Turns:
             except (OSError, ValueError, IndexError):
                 continue  # it ended (removed) while we looked
         return False
+
+
+def settle(ticket: str) -> None:
+    """One measurement of batch `ticket` has its phone (or gave up asking): count it, in
+    whichever process asked the tracker. Never fails the measurement."""
+    if not ticket:
+        return
+    try:
+        fd = os.open(ticket, os.O_RDWR)
+    except OSError:
+        return  # the batch is over (or unordered)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        left = int(os.pread(fd, 10, 0) or b"0")
+        os.pwrite(fd, f"{max(0, left - 1):010d}".encode(), 0)  # same width: read whole
+    except (OSError, ValueError) as e:
+        log.warning("phones: batch %s not counted: %s", ticket, e)
+    finally:
+        os.close(fd)

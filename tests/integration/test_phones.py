@@ -168,35 +168,42 @@ def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
     """Two rounds' batches on the same phones are served one after the other, the older first
     (workers/turns.py): side by side, both would end together and both rounds would then
     search while every phone waits. Without the turns, the younger batch's requests, queued
-    at the tracker, take each phone the older batch frees."""
+    at the tracker, take each phone the older batch frees; counting the older batch's
+    measurements when they asked rather than when granted, its last request could lose a
+    phone to the younger one's first (a clean-clone run of 2026-12-05)."""
     import concurrent.futures
     import threading
 
     from farm.devices.tracker import request_session
-    from workers.turns import Turns
+    from workers.turns import Turns, settle
 
     order: list[str] = []
     lock = threading.Lock()
 
-    def measure(name: str, turns: Turns) -> None:
-        turns.wait()
-        session, _phone = request_session(tracker, KEY, 30, turns.priority)
-        with lock:
-            order.append(name)
-        session.cpu(0)
-        time.sleep(0.3)  # the phone runs the candidate
-        del session
+    def measure(name: str, turns: Turns, ticket: str, ask_s: float) -> None:
+        turns.wait(ticket)  # as the runner's pool does before a call (workers/procs.py)
+        try:
+            time.sleep(ask_s)  # a request takes a while to reach the tracker (a helper process)
+            session, _phone = request_session(tracker, KEY, 30, turns.priority)
+            settle(ticket)  # as phonelog.create_session does once the tracker grants a phone
+            with lock:
+                order.append(name)
+            session.cpu(0)
+            time.sleep(0.3)  # the phone runs the candidate
+            del session
+        finally:
+            turns.returned(ticket)  # and after the call
 
-    def batch(name: str, n: int) -> None:
+    def batch(name: str, n: int, ask_s: float) -> None:
         turns = Turns(tracker, KEY, stale_s=60, root=str(tmp_path / "queue"))
-        turns.start(n)
+        ticket = turns.start(n)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:  # a runner of 2 phones
-            list(pool.map(lambda _: measure(name, turns), range(n)))
+            list(pool.map(lambda _: measure(name, turns, ticket, ask_s), range(n)))
 
     with concurrent.futures.ThreadPoolExecutor(2) as rounds:
-        older = rounds.submit(batch, "older", 6)
+        older = rounds.submit(batch, "older", 6, 0.3)  # its requests the slower to arrive
         time.sleep(0.5)  # the younger batch comes while the older one holds both phones
-        younger = rounds.submit(batch, "younger", 6)
+        younger = rounds.submit(batch, "younger", 6, 0.0)
         older.result(timeout=120)
         younger.result(timeout=120)
     assert order == ["older"] * 6 + ["younger"] * 6, order

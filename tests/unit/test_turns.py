@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from workers.turns import Turns
+from workers.turns import Turns, settle
 
 
 def older_ticket(root: str, pid: int, left: int, age_s: float = 0.0) -> str:
@@ -18,29 +18,69 @@ def older_ticket(root: str, pid: int, left: int, age_s: float = 0.0) -> str:
     os.makedirs(turns.dir, exist_ok=True)
     path = os.path.join(turns.dir, f"{time.time_ns() - 10**9:020d}-{pid}")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(str(left))
+        f.write(f"{left:010d}")
     if age_s:
         os.utime(path, (time.time() - age_s, time.time() - age_s))
     return path
 
 
-def test_a_batch_waits_while_an_older_one_has_measurements_to_send(tmp_path):
+def test_a_batch_waits_while_an_older_one_has_measurements_without_a_phone(tmp_path):
     root = str(tmp_path)
     path = older_ticket(root, os.getpid(), left=2)
     turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=root)
-    turns.start(3)
+    mine = turns.start(3)
     done = threading.Event()
     waited: list[float] = []
     t = threading.Thread(target=lambda: (waited.append(turns.wait()), done.set()))
     t.start()
-    assert not done.wait(0.5)  # the older batch still has 2 to send
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("0")  # it sent them
+    settle(path)
+    assert not done.wait(0.5)  # the older batch still has 1 without a phone
+    settle(path)  # its last one was granted one
     assert done.wait(5)
     t.join()
     assert waited[0] >= 0.5
     assert turns.wait() < 0.1 and turns.wait() < 0.1  # its other two go at once
-    assert os.listdir(turns.dir) == [os.path.basename(path)]  # all sent: its ticket is gone
+    for _ in range(3):
+        settle(mine)
+    with open(mine, encoding="utf-8") as f:
+        assert int(f.read()) == 0
+    turns.returned(mine)
+    turns.returned(mine)
+    assert os.path.exists(mine)
+    turns.returned(mine)  # all its calls are over: its ticket is gone
+    assert sorted(os.listdir(turns.dir)) == [os.path.basename(path)]
+
+
+def test_measurements_asked_from_many_processes_are_all_counted(tmp_path):
+    """Each of 40 grants, from 4 processes at once, takes exactly one off the count."""
+    turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(tmp_path))
+    ticket = turns.start(50)
+    code = ("import sys\nfrom workers.turns import settle\n"
+            "for _ in range(10): settle(sys.argv[1])")
+    procs = [subprocess.Popen([sys.executable, "-c", code, ticket]) for _ in range(4)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 4
+    with open(ticket, encoding="utf-8") as f:
+        assert int(f.read()) == 10
+
+
+def test_a_batch_whose_calls_all_returned_holds_no_one_even_unsettled(tmp_path):
+    """A call killed at its deadline before the tracker granted it a phone never settles; once
+    the batch's calls have all returned, it no longer holds a younger batch."""
+    older = Turns("127.0.0.1:9190", "k", stale_s=60, root=str(tmp_path))
+    ticket = older.start(2)
+    younger = Turns("127.0.0.1:9190", "k", stale_s=60, root=str(tmp_path))
+    time.sleep(0.01)
+    younger.start(1)
+    settle(ticket)  # one granted; the other's process was killed while it asked
+    older.returned(ticket)
+    waited: list[float] = []
+    t = threading.Thread(target=lambda: waited.append(younger.wait()))
+    t.start()
+    time.sleep(0.3)
+    assert not waited  # still held: one call of the older batch is out
+    older.returned(ticket)
+    t.join(5)
+    assert waited and waited[0] >= 0.3
 
 
 def test_an_older_batch_has_the_higher_tracker_priority(tmp_path):
@@ -76,9 +116,13 @@ def test_a_measurement_of_an_abandoned_batch_does_not_count_for_the_next(tmp_pat
     turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(tmp_path))
     first = turns.start(2)
     second = turns.start(3)  # the round gave up the first batch and measures another
+    assert not os.path.exists(first)  # the first holds no one any more
     assert turns.wait(first) < 0.1  # a late measurement of the first batch
+    settle(first)
+    turns.returned(first)
     with open(second, encoding="utf-8") as f:
-        assert f.read() == "3"  # the second batch still has its three to send
-    turns.wait(second)
+        assert int(f.read()) == 3  # the second batch still has its three to be granted
+    settle(second)
+    turns.returned(second)
     with open(second, encoding="utf-8") as f:
-        assert f.read() == "2"
+        assert int(f.read()) == 2
