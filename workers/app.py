@@ -107,6 +107,10 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             _fail(store, req, ctx.host, f"round {req.round_index + 1} killed its worker process "
                                         f"{fence.crashes} times (a poison round): given up")
             return {"failed": "poison round"}
+        if fence.took_over and not store.round_tunings(req.logical_id):
+            # its process died before it began tuning (waiting for a slot or a phone): it runs
+            # again, a retry (one that had begun counts when it begins again: measure.py)
+            best_effort(store.count_measurements, req.job_id, req.workload_key, retries=1)
         result = _run(self, ctx, store, req, fence)
         if result is None:
             return {"skipped": "stale"}

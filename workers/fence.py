@@ -89,6 +89,7 @@ class RoundFence:
     ttl_s: float
     owner: str = ""
     crashes: int = 0  # earlier starts of this round that killed their process
+    took_over: bool = False  # from a copy whose process died holding the round
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -104,6 +105,7 @@ class RoundFence:
         if holder is not None and holder_is_dead(holder):
             log.warning("round %s: its last holder (%s) died; taking it over", logical, holder)
             holder = self.store.acquire_round(logical, self.owner, self.ttl_s, dead_holder=holder)
+            self.took_over = holder is None
         if holder is not None:
             return holder
         self.crashes = self.store.round_started(logical)

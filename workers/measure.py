@@ -353,10 +353,14 @@ def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: Tas
     then say the round is tuning; the phones."""
     check_cpu(profile, target, ctx.host)
     phones = wait_for_phone(ctx, store, req, prior)
-    # this very round already started once (its worker died, or the store went away): a retry
-    again = prior.state == "tuning" and prior.rounds == req.round_index + 1
+    # a copy of this very round began tuning before (its process died, or the store went
+    # away): a retry, counted atomically (a task state written from a stale read lost it)
+    try:
+        if store.round_tunings(req.logical_id, add=1):
+            store.count_measurements(req.job_id, req.workload_key, retries=1)
+    except Exception as e:  # noqa: BLE001 - the store restarting: the round still runs
+        log.warning("round %s: retry not counted: %s", req.round_id, e)
     state = updated(prior, state="tuning", host=ctx.host, rounds=req.round_index + 1,
-                     retries=prior.retries + (1 if again else 0),
                      message=f"round {req.round_index + 1} of at most {req.max_rounds} on {ctx.host}")
     best_effort(store.set_task_state, req.job_id, req.workload_key, state)
     return phones

@@ -112,8 +112,10 @@ class Supervisor(threading.Thread):
                     "%.0f s); sending it again as attempt %d", self.node, job.job_id,
                     req.round_index + 1, req.task_name, st.state, idle, again.attempt)
         self.store.set_task_state(job.job_id, wk, TaskState.from_json({
-            **st.to_json(), "state": "queued", "round": again.to_json(),
-            "retries": st.retries + 1, "updated_at": time.time(),
+            **st.to_json(), "state": "queued", "round": again.to_json(), "updated_at": time.time(),
             "message": f"round {req.round_index + 1} sent again: no live copy for {idle:.0f} s"}))
+        if st.state != "tuning":  # it never began (a lost message): a retry of its own; one
+            # that began counts when its new copy begins (workers/measure.py `_start`)
+            self.store.count_measurements(job.job_id, wk, retries=1)
         send_round(self.app, again)
         return again.round_id

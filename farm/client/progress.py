@@ -10,7 +10,7 @@ from typing import Any
 from farm.core.messages import JobSpec
 from farm.pipeline.summary import numerics_hint, phone_section
 from farm.store import RecordStore, TaskState
-from farm.store.store import MEASURE_COUNTERS, total_counts
+from farm.store.store import COUNTERS, total_counts
 
 BAR = 20
 
@@ -32,7 +32,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
         tasks.append({"name": job.task_names.get(wk, wk), "workload_key": wk,
                       "trials_measured": measured.get(wk, 0), "trials_in_store": have,
                       "trials_goal": goal, **st.to_json(),
-                      "counts": counts.get(wk, dict.fromkeys(MEASURE_COUNTERS, 0))})
+                      "counts": counts.get(wk, dict.fromkeys(COUNTERS, 0))})
     done = sum(measured.values())
     if job.trials_budget:  # a job budget: what is left of it, not of every task's cap
         left = min(left, max(0, job.trials_budget - done))

@@ -9,7 +9,7 @@ from farm.pipeline import compile as compile_stage
 from farm.store import TaskState
 from farm.store.hosts import registered_phones
 from farm.store.phones import job_phones, tuning_wall
-from farm.store.store import MEASURE_COUNTERS, total_counts
+from farm.store.store import COUNTERS, total_counts
 
 
 def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
@@ -21,16 +21,17 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
     for task in tasks:
         wk = task.workload_key
         st = states.get(wk, TaskState())
+        row = counts.get(wk, dict.fromkeys(COUNTERS, 0))
         best = bests.get(wk)
         rows.append({
             "name": task.name, "workload_key": wk, "weight": task.weight,
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best.run_us, 3) if best is not None else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
-            "device_lost": st.device_lost, "retries": st.retries, "rounds": st.rounds,
+            "device_lost": st.device_lost, "retries": row["retries"], "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
             "single_schedule": st.single_schedule,
-            "counts": counts.get(wk, dict.fromkeys(MEASURE_COUNTERS, 0)),
+            "counts": row,
             "state": st.state,
             "message": st.message,
         })

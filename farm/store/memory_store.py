@@ -10,7 +10,7 @@ from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
 from farm.store.phones import MemoryPhoneLedger
 from farm.store.store import (
-    MEASURE_COUNTERS,
+    COUNTERS,
     RecordStore,
     StoredRecord,
     TaskState,
@@ -269,9 +269,15 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         with self._lock:
             self._rounds.setdefault(logical_id, {"starts": 0, "ends": 0})["ends"] += 1
 
+    def round_tunings(self, logical_id: str, add: int = 0) -> int:
+        with self._lock:
+            seen = self._rounds.setdefault(logical_id, {"starts": 0, "ends": 0})
+            seen["tunings"] = seen.get("tunings", 0) + add
+            return seen["tunings"] - add
+
     def _count(self, job_id: str, wk: str, **counts: int) -> None:
         row = self._counts.setdefault(job_id, {}).setdefault(
-            wk, dict.fromkeys(MEASURE_COUNTERS, 0))
+            wk, dict.fromkeys(COUNTERS, 0))
         for name, n in counts.items():
             row[name] += n
 

@@ -315,6 +315,13 @@ class RedisStore(RecordStore, RedisPhoneLedger):
     def round_ended(self, logical_id: str) -> None:
         self.r.hincrby(keys.round_starts(logical_id), "ends", 1)
 
+    def round_tunings(self, logical_id: str, add: int = 0) -> int:
+        key = keys.round_starts(logical_id)
+        pipe = self.r.pipeline()
+        pipe.hincrby(key, "tunings", add)
+        pipe.expire(key, keys.JOB_TTL_S)
+        return int(pipe.execute()[0]) - add
+
     # --- counters and the supervisor ------------------------------------------
     def count_measurements(self, job_id: str, wk: str, **counts: int) -> None:
         pipe = self.r.pipeline()

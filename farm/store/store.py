@@ -45,6 +45,9 @@ CULPRIT_AFTER = 3
 # of them new records, duplicates (the candidate was stored already: measured twice) and
 # device_lost (the phone went away; measured again later). The proof of "nothing measured twice".
 MEASURE_COUNTERS = ("measurements", "new", "duplicates", "device_lost")
+# rounds run again (began tuning again, or lost before it began and sent again): atomic counts
+ROUND_COUNTERS = ("retries",)
+COUNTERS = MEASURE_COUNTERS + ROUND_COUNTERS
 
 
 def candidate_hash(record_json: list[Any]) -> str:
@@ -140,7 +143,6 @@ class TaskState(_Message):
     message: str = ""
     failures: dict[str, int] = field(default_factory=dict)
     device_lost: int = 0
-    retries: int = 0  # rounds run again: redelivered after a worker died, re-sent after lost
     measure_s: float = 0.0  # seconds its batches spent on the phones, over all rounds
     single_schedule: bool = False  # one possible schedule: measured once, never searched
     updated_at: float = 0.0
@@ -320,15 +322,19 @@ class RecordStore(LearnedStore, PhoneLedger, ABC):
     def round_ended(self, logical_id: str) -> None:
         """Count an end of the round (it returned or raised: its process survived)."""
 
+    @abstractmethod
+    def round_tunings(self, logical_id: str, add: int = 0) -> int:
+        """Copies of the round that began tuning before `add` more are counted."""
+
     # --- measurement counters and the supervisor ---------------------------
     @abstractmethod
     def count_measurements(self, job_id: str, wk: str, **counts: int) -> None:
-        """Add to the job's counters of `wk` (names in MEASURE_COUNTERS). `add_record` counts
-        measurements, new and duplicates itself; the worker adds device_lost."""
+        """Add to the job's counters of `wk` (names in COUNTERS). `add_record` counts
+        measurements, new and duplicates itself; the worker adds device_lost and retries."""
 
     @abstractmethod
     def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
-        """Workload key -> {counter: count} (every counter of MEASURE_COUNTERS, 0 when unset)."""
+        """Workload key -> {counter: count} (every counter of COUNTERS, 0 when unset)."""
 
     @abstractmethod
     def active_jobs(self) -> list[str]:
@@ -372,8 +378,8 @@ def counts_of(raw: dict[str, str]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for field_name, value in raw.items():
         wk, _, name = field_name.rpartition("|")
-        if name in MEASURE_COUNTERS:
-            out.setdefault(wk, dict.fromkeys(MEASURE_COUNTERS, 0))[name] = int(value)
+        if name in COUNTERS:
+            out.setdefault(wk, dict.fromkeys(COUNTERS, 0))[name] = int(value)
     return out
 
 

@@ -16,15 +16,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 def kill_pool(worker) -> list[int]:
     """SIGKILL the worker's pool children and what they started (build processes)."""
-    killed = []
-    for child in psutil.Process(worker.pid).children():
-        for proc in [*child.children(recursive=True), child]:
-            try:
-                proc.send_signal(signal.SIGKILL)
-                killed.append(proc.pid)
-            except psutil.NoSuchProcess:
-                pass
-    return killed
+    return [p.pid for p in signal_pool(worker, signal.SIGKILL)]
+
+
+def signal_pool(worker, sig: int, procs: list | None = None) -> list:
+    """Send `sig` to the worker's pool children and what they started (or to `procs`)."""
+    if procs is None:
+        procs = [p for c in psutil.Process(worker.pid).children()
+                 for p in [c, *c.children(recursive=True)]]
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+    return procs
 
 
 def running_in_pool(farm, store, trials: int) -> bool:
@@ -52,16 +57,22 @@ def running_in_pool(farm, store, trials: int) -> bool:
 def test_pool_child_killed_mid_round(healthy, tmp_path):
     def kill_pool_child():
         # a round in flight, not one just ended: a kill between two rounds was no fault
-        # (0 retries: a clean-clone run of 2026-12-04, with rounds of one short batch)
+        # (0 retries: a clean-clone run of 2026-12-04, with rounds of one short batch). The
+        # pool is stopped while it is checked, so the round seen is the round killed
         store = healthy.store()  # once: the check runs every 50 ms
-        wait_until("a round running in a pool child",
-                   lambda: running_in_pool(healthy, store, 24), 120, every_s=0.05)
+
+        def stopped_mid_round() -> bool:
+            pool = signal_pool(healthy.worker, signal.SIGSTOP)
+            if running_in_pool(healthy, store, 24):
+                return True
+            signal_pool(healthy.worker, signal.SIGCONT, pool)
+            return False
+
+        wait_until("a round running in a pool child", stopped_mid_round, 120, every_s=0.05)
         assert kill_pool(healthy.worker), "the worker has no pool child"
 
-    # 24 trials: a round is 2 batches (16 + 8), and its first records are committed after the
-    # first, so the kill lands while that round still runs its second. With 12 (one batch),
-    # the first records came at the end of a round, and once the job's two rounds had ended
-    # together the kill hit no round at all (0 retries: a clean-clone run of 2026-12-04)
+    # 24 trials over rounds of 4 (FAULT_ENV): the job's rounds follow each other; a round
+    # holding its lease counts, whether it waits for its slot or measures: it runs again
     summary = run_through_fault(healthy, tmp_path, kill_pool_child, trials=24, width=52)
     assert sum(t["retries"] for t in summary["tasks"]) >= 1, summary["tasks"]
 

@@ -154,7 +154,7 @@ def test_every_phone_measurement_is_counted_and_a_second_one_is_a_duplicate(stor
     assert store.add_record(rec("i", 3.0, job=""))  # an import: no job, no count
     store.count_measurements("j1", "wk", measurements=1, device_lost=1)
     assert store.job_counts("j1") == {"wk": {"measurements": 4, "new": 2, "duplicates": 1,
-                                             "device_lost": 1}}
+                                             "device_lost": 1, "retries": 0}}
     store.reset_job("j1")  # `farm resume`: the counters cover every run of the job
     assert store.job_counts("j1")["wk"]["duplicates"] == 1
 
@@ -186,6 +186,19 @@ def test_starts_that_never_ended_are_counted(store):
     assert store.round_started("p") == 0  # the first ended cleanly
     assert store.round_started("p") == 1  # the second did not end (its process died)
     assert store.round_started("p") == 2
+
+
+def test_copies_of_a_round_that_began_tuning_are_counted(store):
+    from farm.store.store import total_counts
+
+    assert store.round_tunings("q") == 0
+    assert store.round_tunings("q", add=1) == 0  # the first copy
+    assert store.round_tunings("q", add=1) == 1  # a copy after it: the round runs again
+    assert store.round_tunings("q") == 2 and store.round_tunings("other") == 0
+    store.count_measurements("j", "wk", retries=1)
+    store.count_measurements("j", "wk", device_lost=2)
+    assert store.job_counts("j")["wk"]["retries"] == 1
+    assert "retries" not in total_counts(store.job_counts("j"))  # not a measurement
 
 
 def test_active_jobs_and_one_supervisor_leads(store):

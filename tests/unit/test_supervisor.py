@@ -64,7 +64,9 @@ def test_a_round_with_no_live_copy_is_sent_again_as_a_new_attempt():
     assert sup.sweep() == [req("lost", attempt=1).round_id]
     assert app.sent == [req("lost", attempt=1).round_id]
     st = store.task_states("j")["lost"]
-    assert st.state == "queued" and st.retries == 1 and st.round["attempt"] == 1
+    assert st.state == "queued" and st.round["attempt"] == 1
+    # it never began: a retry of its own; "running" (a live copy elsewhere) is not one
+    assert {wk: c["retries"] for wk, c in store.job_counts("j").items()} == {"lost": 1}
     assert sup.sweep() == []  # just sent: not again before the grace
 
 
@@ -79,6 +81,19 @@ def test_a_dead_holder_of_this_machine_is_not_a_live_copy():
     store.acquire_round(req("t").logical_id, "x|node|other~1|999999", ttl_s=30,
                         dead_holder=f"x|node|{machine()}|999999")
     assert Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep() == []
+
+
+def test_a_lost_round_that_began_tuning_counts_its_retry_where_it_begins_again():
+    """The supervisor counts a retry only for a round that never began; one that began
+    counts when its new copy begins tuning (workers/measure.py `_start`), so once."""
+    from workers.fence import machine
+
+    store = setup({"t": queued("t", 60, "tuning")})
+    assert store.round_tunings(req("t").logical_id, add=1) == 0  # the copy that died
+    store.acquire_round(req("t").logical_id, f"x|node|{machine()}|999999", ttl_s=30)
+    assert Supervisor(App(), store, Broker(), "w", 5.0, 30.0).sweep() != []
+    assert store.job_counts("j") == {}
+    assert store.round_tunings(req("t", attempt=1).logical_id, add=1) == 1  # a retry: counted
 
 
 def test_a_finished_job_is_finalized_once_and_left_alone():
