@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,7 +76,8 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
 
 
 def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, trials: int,
-               work: Path, pin: bool = False, handoff: bool = True) -> dict[str, Any]:
+               work: Path, pin: bool = False, handoff: bool = True,
+               keep: Path | None = None) -> dict[str, Any]:
     """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
     `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
     only: each emulated host is a 1-core machine of its own."""
@@ -122,6 +124,9 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
         wall = time.monotonic() - t0
     finally:
         group.stop()
+        if keep is not None:  # the logs and the job's outputs, for a look at the timeline
+            shutil.copytree(root, keep / name, ignore=shutil.ignore_patterns("redis", "*.so"),
+                            dirs_exist_ok=True)
     s = json.loads((out / "summary.json").read_text())
     trials_done = sum(t["trials_measured"] for t in s["tasks"])
     return {"config": name, "hosts": len(hosts), "phones": sum(len(d) for d in hosts),
@@ -146,6 +151,8 @@ def main() -> int:
     p.add_argument("--skip", default="",
                    help="sections to skip: phones,hosts,mix; one-host: the hosts section "
                         "without its 1-host run")
+    p.add_argument("--keep", default="",
+                   help="copy each configuration's logs and job outputs under this directory")
     p.add_argument("--pin", action="store_true",
                    help="each emulated host (tracker, phones, worker) on one CPU of its own: "
                         "1 host vs 2 hosts is then 1 core vs 2, as separate machines would be")
@@ -171,7 +178,8 @@ def main() -> int:
         for section, name, hosts in configs:
             row = {"section": section, **run_config(
                 name.replace(" ", "-").replace(",", ""), hosts, model, warm_up, args.trials,
-                work, args.pin, handoff="no hand-off" not in name)}
+                work, args.pin, handoff="no hand-off" not in name,
+                keep=Path(args.keep) if args.keep else None)}
             row["config"] = name
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)
