@@ -8,7 +8,9 @@ its emulated phones and a `farm worker` with the automatic gate), waited for unt
 are warm, then one `farm submit` of the same model (a stack of `--layers` dense layers of
 different widths: one tuning task each), `--trials` trials per task, one round per task.
 Phones are slow emulated phones (farm/devices/phone.py): each measurement session sleeps
-`--delay-s`, like a real phone's upload and run, and uses almost no host CPU.
+`--delay-s`, like a real phone's upload and run, and uses little host CPU. They stand for
+real phones, so their device key (`slow-phone`, a farm.toml the bench writes) is not
+`host_cpu`: the worker treats them as devices of their own (search threads, gate).
 
 Configurations, one after another (never two at once):
 - 1, 2, 4, 8 phones on one host;
@@ -38,7 +40,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-KEY = "cpu-local"
+KEY = "slow-phone"
+
+
+def slow_phone_profile(work: Path) -> Path:
+    """The bench's phones stand for real slow phones: a device key of their own whose
+    profile is not `host_cpu` (a real phone's measurement takes none of the host's cores, so
+    the worker's rules for devices of their own apply: workers/gate.py, measure.py), with
+    this CPU as the target (the emulated phones run its code). Returns the farm.toml."""
+    from farm.devices.hostcpu import system_cpu
+
+    cpu = system_cpu()
+    mcpu = f', mcpu = "{cpu}"' if cpu else ""
+    path = work / "farm.toml"
+    path.write_text(f'[profiles.{KEY}]\ntarget = {{ kind = "llvm"{mcpu} }}\nhost_cpu = false\n'
+                    'notes = "bench/scaling.py: slow emulated phones"\n')
+    return path
 
 
 def make_model(path: Path, layers: int, base: int = 48) -> Path:
@@ -68,6 +85,7 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
     proc = subprocess.run(
         [sys.executable, "-m", "farm", "submit", str(model), "--trials-per-task", str(trials),
          "--round-trials", str(trials), "--out", str(out), "--tracker", tracker,
+         "--device-key", KEY,
          "--timeout", "3600", "--wait-for-devices", "120"],
         capture_output=True, text=True,
         env={**os.environ, "FARM_HOME": str(root / "home"), "FARM_BROKER_URL": url})
@@ -162,6 +180,7 @@ def main() -> int:
     d = args.delay_s
     with tempfile.TemporaryDirectory(prefix="farm-scaling-") as tmp:
         work = Path(tmp)
+        os.environ["FARM_CONFIG"] = str(slow_phone_profile(work))  # workers and submits
         model = make_model(work / "stack.pt2", args.layers)
         warm_up = make_model(work / "warm-up.pt2", 8, base=20)
         rows: list[dict[str, Any]] = []

@@ -60,12 +60,15 @@ class WorkerContext:
     gate: Any = None  # workers/gate.py's Gate: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
 
-    @property
-    def search_threads(self) -> int:
-        """The search's threads: the host's cores shared by the rounds running at once."""
+    def search_threads(self, profile: DeviceProfile) -> int:
+        """Phones of their own: the cores / the keys served (a key's batches go to the phones
+        one after another: while one round searches, the other's is on the phones). Phones
+        on this host's CPU: the cores / the rounds at once (cores left to measure on)."""
         if self.gate is None or self.config.search_cores > 0:
             return self.config.search_threads
-        return max(1, usable_cores() // max(1, self.rounds_at_once))
+        if profile.host_cpu:
+            return max(1, usable_cores() // max(1, self.rounds_at_once))
+        return max(1, usable_cores() * 2 // max(2, self.gate.pool))  # pool: 2 per key
 
     def profile(self, key: str) -> DeviceProfile:
         return resolve_profile(key, self.config.profiles)
@@ -308,7 +311,7 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     if single:
         trials = 1  # one possible schedule: measure it once, never spin a search on it
     database = StoreDatabase(store, req.workload_key, mod)
-    threads = ctx.search_threads
+    threads = ctx.search_threads(profile)
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, database.workload, target, threads)  # ranked_by "": the first batch
     search = round_search(store, task, database.workload, target, trials, single, learned,
@@ -353,9 +356,7 @@ def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: Tas
     then say the round is tuning; the phones."""
     check_cpu(profile, target, ctx.host)
     phones = wait_for_phone(ctx, store, req, prior)
-    # a copy of this very round began tuning before (its process died, or the store went
-    # away): a retry, counted atomically (a task state written from a stale read lost it)
-    try:
+    try:  # a copy of it began tuning before (its process died, the store went away): a retry
         if store.round_tunings(req.logical_id, add=1):
             store.count_measurements(req.job_id, req.workload_key, retries=1)
     except Exception as e:  # noqa: BLE001 - the store restarting: the round still runs

@@ -119,3 +119,23 @@ def test_a_round_waiting_for_a_slot_gives_up_when_told(tmp_path):
             assert gate.running("k") == 1  # the one that gave up holds nothing
     with gate.slot("k", lambda: 1, give_up=lambda: True) as d:
         assert d == 0  # a free slot is taken before anything is asked
+
+
+def test_a_rounds_search_threads_follow_where_its_phones_run(tmp_path):
+    """Phones of their own: a round searches on the host's cores / the keys served (its
+    key's other round has its batch on the phones meanwhile); phones on this host's CPU:
+    the cores / the rounds at once, leaving cores to measure on."""
+    from farm.core.profiles import DeviceProfile
+    from workers.gate import Gate
+    from workers.measure import WorkerContext
+
+    ctx = WorkerContext(config=load_config(env={"FARM_SEARCH_CORES": "0"}), tracker="t:1")
+    ctx.gate, ctx.rounds_at_once = Gate(str(tmp_path / "one-key"), pool=2), 2
+    llvm = {"kind": "llvm"}
+    phone, emulated = DeviceProfile("p", llvm), DeviceProfile("e", llvm, host_cpu=True)
+    assert ctx.search_threads(phone) == usable_cores()
+    assert ctx.search_threads(emulated) == max(1, usable_cores() // 2)
+    ctx.gate = Gate(str(tmp_path / "three-keys"), pool=6)
+    assert ctx.search_threads(phone) == max(1, usable_cores() // 3)
+    ctx.gate = None  # a fixed --concurrency: the config's cores / the pool
+    assert ctx.search_threads(phone) == ctx.config.search_threads
