@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm.core.errors import StoreError, UsageError
+from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
-from farm.pipeline.extract import workload_key
+from farm.pipeline.blocknames import canonical_module, translate
+from farm.pipeline.extract import load_mod, workload_key
 from farm.pipeline.finalize import write_best_log
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import FAILED_RUN_SECS, valid_secs
@@ -147,19 +148,22 @@ def _read_workloads(log_dir: Path, profile: DeviceProfile,
                                                  profile.target_json(), profile.key))
         except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
             workloads[index] = None
-            report.refuse("workload unreadable", f"database_workload.json:{n}: {_short(e)}")
+            report.refuse("workload unreadable", f"database_workload.json:{n}: {last_line(e)}")
     return workloads
 
 
 def _file_workload(store: RecordStore, wl: Any, wk: str, profile: DeviceProfile,
-                   source: str) -> None:
-    """An imported workload, filed under its key for the profile (named after its function)."""
+                   source: str) -> Any:
+    """An imported workload, filed under its key for the profile (named after its function,
+    its blocks by place unless the store had the workload already); the module filed."""
     import tvm
 
     store.put_workload(TuneTask(
         name=f"imported:{_func_name(wl.mod)}", workload_key=wk, weight=1,
-        mod_json=tvm.ir.save_json(wl.mod), target=profile.target_json(),
+        mod_json=tvm.ir.save_json(canonical_module(wl.mod)), target=profile.target_json(),
         device_key=profile.key), source)
+    filed = store.get_workload(wk)  # this one, or the one the store had: its block names count
+    return load_mod(filed) if filed is not None else wl.mod
 
 
 def _imported(data: list[Any], wk: str, secs: list[float], failed: bool, host: str,
@@ -190,7 +194,7 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     host = socket.gethostname()
     want = tvm.target.Target(profile.target_json())
     workloads = _read_workloads(log_dir, profile, report)
-    filed: set[str] = set()
+    filed: dict[str, Any] = {}  # workload key -> the store's module of it
     for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
         where = f"database_tuning_record.json:{n}"
         if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
@@ -205,7 +209,7 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             rec = TuningRecord.from_json(row[1], wl)
             rec.as_measure_candidate()  # the trace applies to the workload
         except Exception as e:  # noqa: BLE001
-            report.refuse("its trace does not apply to its workload", f"{where}: {_short(e)}")
+            report.refuse("its trace does not apply to its workload", f"{where}: {last_line(e)}")
             continue
         secs = [float(x) for x in (rec.run_secs or [])]
         failed = bool(secs) and all(x >= FAILED_RUN_SECS for x in secs)
@@ -219,9 +223,13 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
                 continue
             rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
         if wk not in filed:
-            _file_workload(store, wl, wk, profile, source)
-            filed.add(wk)
-        if store.add_record(_imported(rec.as_json(), wk, secs, failed, host, source)):
+            filed[wk] = _file_workload(store, wl, wk, profile, source)
+        try:  # to the stored module's block names
+            data = translate(rec.as_json(), wl.mod, filed[wk])
+        except ValueError as e:
+            report.refuse("its blocks differ from the stored workload's", f"{where}: {e}")
+            continue
+        if store.add_record(_imported(data, wk, secs, failed, host, source)):
             report.new += 1
         else:
             report.known += 1
@@ -235,11 +243,6 @@ def _canonical(target: Any) -> str:
         return json.dumps(json.loads(str(target)), sort_keys=True)  # a target prints as JSON
     except ValueError:
         return str(target)
-
-
-def _short(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return (text[-1] if text else type(e).__name__)[:200]
 
 
 def remove(store: RecordStore, workload_keys: list[str], source: str | None = None) -> dict[str, int]:

@@ -88,3 +88,10 @@ def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
         fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
         logging.getLogger(__name__).warning("progress write %s failed (ignored): %s", getattr(fn, "__name__", fn), e)
+
+
+def last_line(e: BaseException, limit: int = 200) -> str:
+    """An error's message on one line: the last line of its text (TVM writes its traceback
+    first and the message last), else its type's name."""
+    text = str(e).strip().splitlines()
+    return (text[-1] if text else type(e).__name__)[:limit]

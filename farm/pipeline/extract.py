@@ -14,6 +14,7 @@ from typing import Any
 from farm.core.errors import ExtractError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
+from farm.pipeline.blocknames import canonical_module
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extr
     target_json = profile.target_json()
     target = tvm.target.Target(target_json)
     try:
-        fused = fuse(mod, target)
+        fused = canonical_module(fuse(mod, target))  # blocks named by place: records apply
         extracted = ms.relax_integration.extract_tasks(fused, target)
     except Exception as e:  # noqa: BLE001 - TVM's error, named with its stage
         raise ExtractError(f"TVM cannot lower the model for {profile.key}: "

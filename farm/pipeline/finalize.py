@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
-from farm.core.errors import StoreError
+from farm.core.errors import StoreError, last_line
 from farm.core.messages import JobSpec, TuneTask
+from farm.pipeline.blocknames import translate
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, StoredRecord
 
@@ -47,10 +49,13 @@ def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
 
 
 def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
-                   picks: dict[str, str]) -> dict[str, StoredRecord | None]:
+                   picks: dict[str, str],
+                   unusable: dict[str, str] | None = None) -> dict[str, StoredRecord | None]:
     """Write `database_workload.json` + `database_tuning_record.json` with the picked record of
-    each task; return the record per workload key (None: no valid record)."""
-    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+    each task; return the record per workload key (None: no valid record, or one that does not
+    apply to the task: `unusable` gets why, and the task compiles with TVM's default schedule
+    rather than the whole job failing at its end)."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     work_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(work_dir), module_equality="structural")
@@ -62,18 +67,31 @@ def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
             raise StoreError(f"the final record {cand} is missing from the store",
                              subject=f"workload {task.workload_key}",
                              hint="the store lost records; `farm resume JOB` tunes it again")
+        bests[task.workload_key] = None
         if best is None or not best.valid:
             log.warning("finalize: %s (%s) has no valid record", task.name, task.workload_key)
-            bests[task.workload_key] = None
             continue
-        workload = db.commit_workload(load_mod(task))
         try:
-            db.commit_tuning_record(TuningRecord.from_json(best.record, workload))
-        except Exception as e:  # noqa: BLE001
-            raise StoreError(f"best record {best.candidate} cannot be read back: {e}",
-                             subject=f"workload {task.workload_key}") from e
+            _commit(db, store, task, best)
+        except Exception as e:  # noqa: BLE001 - one record, not the job's whole result
+            why = f"its best record {best.candidate} does not apply: {last_line(e)}"
+            log.warning("finalize: %s (%s): %s", task.name, task.workload_key, why)
+            if unusable is not None:
+                unusable[task.workload_key] = why
+            continue
         bests[task.workload_key] = best
     # Make sure both files exist even when nothing was tuned.
     for name in ("database_workload.json", "database_tuning_record.json"):
         (work_dir / name).touch()
     return bests
+
+
+def _commit(db: Any, store: RecordStore, task: TuneTask, best: StoredRecord) -> None:
+    """The record, tuned on the store's module of the workload, renamed to the task's blocks
+    (the same operator can carry other block names in another model) and committed."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    mod = load_mod(task)
+    tuned_on = store.get_workload(task.workload_key)
+    record = best.record if tuned_on is None else translate(best.record, load_mod(tuned_on), mod)
+    db.commit_tuning_record(TuningRecord.from_json(record, db.commit_workload(mod)))

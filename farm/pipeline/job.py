@@ -220,7 +220,8 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
-        bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks)
+        unusable: dict[str, str] = {}  # workload key -> why its best record was not applied
+        bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks, unusable)
         states = farm.store.task_states(job.job_id)
         measured = farm.store.job_measured(job.job_id)
         from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
@@ -234,6 +235,8 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
             {t.name for t in tasks if bests.get(t.workload_key) is not None},
             prep.extracted.untunable, fcompile=cross.fcompile(prep.profile),
         )
+        result.fallback.update({t.name: unusable[t.workload_key] for t in tasks
+                                if t.workload_key in unusable})
         summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
                                result, prep.profile, time.monotonic() - t0,
                                farm.store.job_counts(job.job_id))

@@ -36,3 +36,25 @@ def test_model_tunes_and_matches_torch(example_models, tmp_path, model, shape):
         assert single, [t["message"] for t in summary["tasks"]]
         assert all(t["trials_measured"] == 1 and t["state"] == "exhausted" for t in single)
         assert f"{len(single)} task(s) have one possible schedule" in proc.stdout
+
+
+def test_records_of_one_model_apply_to_its_operators_in_another(example_models, tmp_path):
+    """The TorchScript file of a model after its torch.export file, on one farm: the operators
+    are the same workloads (same keys) but TVM names some blocks after the model's variables
+    (a layer norm's `x_sum` vs `x_1_sum`). The second job takes them from the store, and every
+    record applies to its model (the job once failed at its end: "cannot be read back")."""
+    home = tmp_path / "home"
+    first = run_farm(["submit", str(example_models / "transformer.pt2"), "--trials-per-task", "2",
+                      "--round-trials", "2", "--out", str(tmp_path / "a"), "--timeout", "900"],
+                     home)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_farm(["submit", str(example_models / "transformer.pt"), "--input-shape",
+                       "1,32,64", "--trials-per-task", "2", "--round-trials", "2",
+                       "--out", str(tmp_path / "b"), "--timeout", "900"], home)
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    reused = [t for t in summary["tasks"] if t["trials_from_store"] > 0]
+    assert len(reused) >= len(summary["tasks"]) // 2, summary["tasks"]
+    assert any(t["name"].startswith("layer_norm") for t in reused)
+    assert set(summary["schedules"]["from_log"]) == {t["name"] for t in summary["tasks"]}
+    assert not summary["schedules"]["fallback"] and summary["numerics_ok"]
