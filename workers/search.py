@@ -17,6 +17,12 @@ usual, starting from the first batch's measurements. A cold workload seeded with
 relatives' best schedules (workers/transfer.py) measures those instead of the random batch:
 the evolutionary search then starts from them.
 
+TVM's default schedule of the workload (its TIR as lowered, no schedule: what an untuned
+build runs) is one candidate of the workload's first batch on a CPU target, once per
+workload in the store's life (`baseline`): a random schedule is often slower than it at small
+budgets (an instance norm measured 93 us at its best of 2 random trials, the whole untuned
+model 14 us), and with its record in the store the job's best is never worse than untuned.
+
 A stored record the farm does not trust (imported with `farm cache import`, or
 measured with another TVM version) is not a known result: the search measures it
 when it proposes it, and a round given `verify` records measures those first (the
@@ -71,6 +77,18 @@ def to_verify(store: RecordStore, wk: str) -> list[Any]:
     return claims[:VERIFY_TOP]
 
 
+def baseline_candidate(workload: Workload) -> Any:
+    """The workload's function as it is, unscheduled: TVM's default schedule. Its trace only
+    gets the root block (TVM's JSONDatabase ignores a record whose trace is empty)."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    sch = Schedule(workload.mod)
+    sch.get_sblock("root")
+    return MeasureCandidate(sch, ArgInfo.from_prim_func(workload.mod["main"]))
+
+
 def evolutionary(population: int = 512) -> Any:
     """MetaSchedule's evolutionary search keeping `population` schedules per batch (the
     `search_population` setting; MetaSchedule's own default is 512)."""
@@ -84,7 +102,7 @@ class StoreAwareSearch(PySearchStrategy):
                  inner: Any = None, counts: dict[str, int] | None = None,
                  cold: bool = False, verify: list[StoredRecord] | None = None,
                  tvm_version: str = "", stop: Any = None, want: int = 0,
-                 seed: Any = None) -> None:
+                 seed: Any = None, baseline: bool = False) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -112,6 +130,9 @@ class StoreAwareSearch(PySearchStrategy):
         # a function of the TuneContext making the first candidates (workers/transfer.py)
         self.seed = seed
         self.context: Any = None
+        # TVM's default schedule still to measure with the first batch (once per workload)
+        self.baseline = baseline
+        self._lead = 0  # candidates ahead of the search's in the batch (the default schedule)
 
     def _initialize_with_tune_context(self, context: Any) -> None:
         self.context = context
@@ -244,13 +265,32 @@ class StoreAwareSearch(PySearchStrategy):
             if self.want:
                 fresh = fresh[:left]  # the rest of the batch is told as not measured
             if fresh:
-                self.counts["fresh"] += len(fresh)
-                self._batch = (cands, known, twins, fresh)
-                return [cands[i] for i in fresh]
+                lead = self._baseline()
+                if self.want and lead:
+                    fresh = fresh[:left - len(lead)]
+                self.counts["fresh"] += len(fresh) + len(lead)
+                self._batch, self._lead = (cands, known, twins, fresh), len(lead)
+                return lead + [cands[i] for i in fresh]
             self._tell(cands, [stored_result(known[twins.get(i, i)]) for i in range(len(cands))])
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
                  "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
         return None
+
+    def _baseline(self) -> list[Any]:
+        """TVM's default schedule, once, unless the store has measured it already."""
+        if not self.baseline:
+            return []
+        self.baseline = False
+        try:
+            cand = baseline_candidate(self.workload)
+            if self.store.get_record(self.workload_key, candidate_hash(
+                    record_of(cand, self.workload, self.target))) is not None:
+                return []
+        except Exception as e:  # noqa: BLE001 - a comparison, never a must
+            log.warning("workload %s: its default schedule is not measured: %s",
+                        self.workload_key, e)
+            return []
+        return [cand]
 
     def notify_runner_results(self, measure_candidates: list[Any], results: list[Any]) -> None:
         assert self._batch is not None, "notify_runner_results without a batch"
@@ -259,6 +299,7 @@ class StoreAwareSearch(PySearchStrategy):
         if self._own_batch:  # the search did not propose these; their records are committed
             self._own_batch = False
             return
+        results, self._lead = results[self._lead:], 0  # the default schedule: not the search's
         measured = dict(zip(fresh, results, strict=True))
         full = []
         for i in range(len(cands)):
@@ -269,7 +310,8 @@ class StoreAwareSearch(PySearchStrategy):
     def clone(self) -> Any:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
                                 self.inner.clone(), self.counts, self.cold, self.verify,
-                                self.tvm_version, self.stop, self.want, self.seed)
+                                self.tvm_version, self.stop, self.want, self.seed,
+                                self.baseline)
 
 
 def round_search(store: RecordStore, task: Any, workload: Workload, target: Any, trials: int,
@@ -277,7 +319,8 @@ def round_search(store: RecordStore, task: Any, workload: Workload, target: Any,
                  stop: Any = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
-    (workers/transfer.py), imported records verified first."""
+    (workers/transfer.py), imported records verified first; on a CPU, TVM's default schedule
+    with the first batch (a GPU function needs a schedule to build at all)."""
     import tvm
 
     from workers.transfer import seeds
@@ -288,5 +331,6 @@ def round_search(store: RecordStore, task: Any, workload: Workload, target: Any,
                             verify=[] if single else to_verify(store, task.workload_key),
                             tvm_version=tvm.__version__, stop=stop, want=trials,
                             seed=None if single or learned else seeds(store, task,
-                                                                      config.transfer_seeds))
+                                                                      config.transfer_seeds),
+                            baseline=not single and str(target.kind.name) == "llvm")
 

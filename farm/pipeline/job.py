@@ -34,7 +34,7 @@ from farm.pipeline.connect import Farm, connect
 from farm.pipeline.dispatch import send_round
 from farm.pipeline.options import SubmitOptions
 from farm.pipeline.preflight import check_out_dir, check_out_writable, preflight
-from farm.pipeline.summary import make_summary, phone_section
+from farm.pipeline.summary import default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
 from farm.store import TaskState, open_store
 
@@ -239,7 +239,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
                                 if t.workload_key in unusable})
         summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
                                result, prep.profile, time.monotonic() - t0,
-                               farm.store.job_counts(job.job_id))
+                               farm.store.job_counts(job.job_id), default_times(farm.store, tasks))
         summary["tuning_s"] = round(tuning_s, 1)
         summary.update(phone_section(farm.store, job))
         summary["out"] = str(opts.out)

@@ -162,7 +162,7 @@ def render(summary: dict[str, Any], store: RecordStore,
         rows.append(
             f"<tr><td>{html.escape(t['name'])}</td><td>{t['weight']}</td>"
             f"<td>{t['trials_measured']}</td><td>{t['trials_from_store']}</td>"
-            f"<td>{_us(t['best_us'])}</td>"
+            f"<td>{_us(t['best_us'])}</td><td>{_us(t.get('default_us'))}</td>"
             f"<td>{share_before:.1f}</td>"
             f"<td>{html.escape(json.dumps(t.get('failures', {})))}</td><td>{t['device_lost']}</td>"
             f"<td>{html.escape(t['state'])}</td>"
@@ -197,7 +197,7 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 {shares}
 <h2>Tasks</h2>
 <table><tr><th>task</th><th>weight</th><th>trials measured</th><th>trials from store</th>
-<th>best us</th><th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
+<th>best us</th><th>TVM's default schedule us</th><th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
 <th>tuning curve (best latency vs trials)</th></tr>
 {''.join(rows)}</table>
 {phones_section(summary, store)}

@@ -7,6 +7,7 @@ from typing import Any
 from farm.core.messages import JobSpec
 from farm.pipeline import compile as compile_stage
 from farm.store import TaskState
+from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.hosts import registered_phones
 from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
@@ -15,8 +16,10 @@ from farm.store.store import COUNTERS, total_counts
 def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
                  states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
                  result: compile_stage.CompileResult, profile: Any, wall_s: float,
-                 counts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
-    counts = counts or {}
+                 counts: dict[str, dict[str, int]] | None = None,
+                 defaults: dict[str, float] | None = None) -> dict[str, Any]:
+    """`defaults`: workload key -> the measured run time of TVM's default schedule."""
+    counts, defaults = counts or {}, defaults or {}
     rows = []
     for task in tasks:
         wk = task.workload_key
@@ -27,6 +30,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "name": task.name, "workload_key": wk, "weight": task.weight,
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best.run_us, 3) if best is not None else None,
+            "default_us": round(defaults[wk], 3) if wk in defaults else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
             "device_lost": st.device_lost, "retries": row["retries"], "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
@@ -55,6 +59,16 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
     }
+
+
+def default_times(store: Any, tasks: list[Any]) -> dict[str, float]:
+    """Workload key -> the measured run time of TVM's default schedule, where the store has it."""
+    out = {}
+    for task in tasks:
+        rec = store.get_record(task.workload_key, DEFAULT_SCHEDULE)
+        if rec is not None and rec.valid:
+            out[task.workload_key] = float(rec.run_us)
+    return out
 
 
 def phone_section(store: Any, job: JobSpec, now: float | None = None) -> dict[str, Any]:

@@ -19,8 +19,6 @@ and run against each implementation):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -30,6 +28,7 @@ from typing import Any
 
 from farm.core.errors import StoreError
 from farm.core.messages import JobSpec, TuneTask, _Message
+from farm.store.candidates import DEFAULT_SCHEDULE, candidate_hash  # noqa: F401 - re-exported
 from farm.store.hosts import HostBeat
 from farm.store.learned import LearnedStore
 from farm.store.phones import PhoneLedger
@@ -48,13 +47,6 @@ MEASURE_COUNTERS = ("measurements", "new", "duplicates", "device_lost")
 # rounds run again (began tuning again, or lost before it began and sent again): atomic counts
 ROUND_COUNTERS = ("retries",)
 COUNTERS = MEASURE_COUNTERS + ROUND_COUNTERS
-
-
-def candidate_hash(record_json: list[Any]) -> str:
-    """The identity of a candidate: a hash of its trace (with the sampling decisions)."""
-    trace = record_json[0]
-    text = json.dumps(trace, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

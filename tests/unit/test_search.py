@@ -271,3 +271,38 @@ def test_seeds_are_measured_first_once_and_not_told_to_the_search():
     search.notify_runner_results(seeded, [RunnerResult([1e-6], None)] * 2)
     assert inner.notified == []
     assert search.generate_measure_candidates() == [c[3]] and len(asked) == 1  # once
+
+
+def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload():
+    """TVM's default schedule (the function unscheduled) leads the first batch, counts as one
+    of the round's new candidates and is not told to the search (it did not propose it); once
+    the store holds its record, no later round measures it again."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from farm.store import StoredRecord, candidate_hash
+    from farm.store.candidates import DEFAULT_SCHEDULE
+    from workers.search import StoreAwareSearch, baseline_candidate, record_of
+
+    store, workload, target, c = first_one_stored(6)
+    base = candidate_hash(record_of(baseline_candidate(workload), workload, target))
+    inner = FakeInner([[c[0], c[1], c[2], c[3]], [c[4], c[5]]])
+    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=3, baseline=True)
+    first = search.generate_measure_candidates()
+    hashes = [candidate_hash(record_of(x, workload, target)) for x in first]
+    assert hashes == [base] + [candidate_hash(record_of(x, workload, target)) for x in c[1:3]]
+    assert hashes[0] == DEFAULT_SCHEDULE and search.counts["fresh"] == 3
+    search.notify_runner_results(first, [RunnerResult([9e-6], None), RunnerResult([1e-6], None),
+                                         RunnerResult([2e-6], None)])
+    cands, results = inner.notified[0]  # the search's four, with their own results
+    assert len(cands) == 4
+    assert [r.run_secs and round(float(r.run_secs[0]) * 1e6, 3) for r in results] == [
+        5.0, 1.0, 2.0, None]
+    assert search.generate_measure_candidates() is None  # 3 new: the round is done
+    rec = record_of(first[0], workload, target, [9e-6])
+    store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
+                                  run_us=9.0))
+    again = StoreAwareSearch(store, "wk", workload, target, inner=FakeInner([[c[4], c[5]]]),
+                             want=2, baseline=True)
+    assert [candidate_hash(record_of(x, workload, target))
+            for x in again.generate_measure_candidates()] == [
+        candidate_hash(record_of(x, workload, target)) for x in c[4:]]

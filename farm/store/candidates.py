@@ -1,0 +1,19 @@
+"""A candidate's identity in the store: a hash of its trace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def candidate_hash(record_json: list[Any]) -> str:
+    """The identity of a candidate: a hash of its trace (with the sampling decisions)."""
+    trace = record_json[0]
+    text = json.dumps(trace, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# TVM's default schedule of any workload: the function unscheduled, a trace that only gets its
+# root block (workers/search.py measures it with a workload's first batch on a CPU)
+DEFAULT_SCHEDULE = candidate_hash([[[["GetSBlock", [], ["root", "main"], ["b0"]]], []]])
