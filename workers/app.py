@@ -7,6 +7,7 @@ runner, TVM) in `_PROCESS`, set up by `worker_process_init`; nothing else is glo
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -27,6 +28,21 @@ from workers.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, r
 log = logging.getLogger(__name__)
 
 _PROCESS: dict[str, Any] = {}
+
+
+class TvmChatter(logging.Filter):
+    """MetaSchedule prints its INFO and DEBUG lines on stdout, which Celery logs as warnings of
+    `celery.redirected`: half of a worker's log, and real warnings drowned in "The workload
+    cannot be tensorized". Dropped here (they stay in MetaSchedule's own log files); its
+    warnings and errors, and anything else printed, still come through."""
+
+    LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(,\d+)? \[(INFO|DEBUG)\] ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.LINE.match(record.getMessage())
+
+
+logging.getLogger("celery.redirected").addFilter(TvmChatter())
 
 
 def build_app(config: FarmConfig, tracker: str, node: str, gate_dir: str | None = None) -> Any:

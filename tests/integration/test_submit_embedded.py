@@ -86,6 +86,11 @@ def test_submit_tunes_compiles_and_checks(first_run):
     assert load_log_in_plain_tvm(out / "best", summary) == len(tasks)
     assert (out / "model.so").stat().st_size > 0
     assert "speed-up" in proc.stdout and "default us" in proc.stdout
+    # the workers' logs say what the farm did, not MetaSchedule's INFO lines posing as warnings
+    worker_logs = "".join(p.read_text() for p in home.glob("logs/*/worker.log"))
+    assert "round 1 of" in worker_logs
+    assert "[INFO] [" not in worker_logs, [
+        line for line in worker_logs.splitlines() if "[INFO] [" in line][:3]
 
 
 def test_every_phone_measurement_is_on_a_named_phone(first_run):
