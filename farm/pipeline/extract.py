@@ -1,5 +1,7 @@
 """Stage 2, extract: Relax IRModule + device profile -> one TuneTask per fused TIR workload.
 
+Inference batch norms are folded into the convolutions before them first (foldbn.py).
+
 Fuse first (DecomposeOpsForInference, CanonicalizeBindings, the zero pipeline):
 on the raw imported module MetaSchedule's extract_tasks silently finds 0 tasks.
 """
@@ -15,6 +17,7 @@ from farm.core.errors import ExtractError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
 from farm.pipeline.blocknames import canonical_module
+from farm.pipeline.foldbn import fold_batch_norm
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,10 @@ def _dispatch_passes(target: Any) -> list[Any]:
         return []
 
 
-def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extracted:
-    """Fuse the module for the profile's target and cut it into tuning tasks."""
+def extract(mod: Any, profile: DeviceProfile, model_name: str = "model",
+            fold_bn: bool = True) -> Extracted:
+    """Fuse the module for the profile's target (its inference batch norms folded into their
+    convolutions unless `fold_bn` is False) and cut it into tuning tasks."""
     import tvm
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
@@ -66,7 +71,7 @@ def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extr
     target_json = profile.target_json()
     target = tvm.target.Target(target_json)
     try:
-        fused = canonical_module(fuse(mod, target))  # blocks named by place: records apply
+        fused = canonical_module(fuse(_folded(mod) if fold_bn else mod, target))
         extracted = ms.relax_integration.extract_tasks(fused, target)
     except Exception as e:  # noqa: BLE001 - TVM's error, named with its stage
         raise ExtractError(f"TVM cannot lower the model for {profile.key}: "
@@ -98,6 +103,16 @@ def extract(mod: Any, profile: DeviceProfile, model_name: str = "model") -> Extr
     log.info("extract %s: %d tasks (%d unique workloads) for %s", model_name, len(tasks),
              len(unique), profile.key)
     return Extracted(fused=fused, tasks=list(unique.values()), untunable=untunable)
+
+
+def _folded(mod: Any) -> Any:
+    """The module with its batch norms folded (farm/pipeline/foldbn.py); as it is when the
+    fold fails: an optimization never stops a job."""
+    try:
+        return fold_batch_norm(mod)
+    except Exception as e:  # noqa: BLE001
+        log.warning("batch norms not folded: %s", e)
+        return mod
 
 
 def _fields(task: TuneTask) -> dict[str, Any]:
