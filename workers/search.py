@@ -41,6 +41,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
 from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.store import FAILED_RUN_SECS
 
 log = logging.getLogger(__name__)
@@ -282,10 +283,9 @@ class StoreAwareSearch(PySearchStrategy):
             return []
         self.baseline = False
         try:
-            cand = baseline_candidate(self.workload)
-            if self.store.get_record(self.workload_key, candidate_hash(
-                    record_of(cand, self.workload, self.target))) is not None:
+            if self.store.get_record(self.workload_key, DEFAULT_SCHEDULE) is not None:
                 return []
+            cand = baseline_candidate(self.workload)
         except Exception as e:  # noqa: BLE001 - a comparison, never a must
             log.warning("workload %s: its default schedule is not measured: %s",
                         self.workload_key, e)

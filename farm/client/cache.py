@@ -18,7 +18,7 @@ from typing import Any
 from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
-from farm.pipeline.blocknames import canonical_module, translate
+from farm.pipeline.blocknames import canonical_module, translation
 from farm.pipeline.extract import load_mod, workload_key
 from farm.pipeline.finalize import write_best_log
 from farm.store import RecordStore, StoredRecord, candidate_hash
@@ -195,6 +195,7 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     want = tvm.target.Target(profile.target_json())
     workloads = _read_workloads(log_dir, profile, report)
     filed: dict[str, Any] = {}  # workload key -> the store's module of it
+    renames: dict[int, Any] = {}  # workload line -> its records' translation to that module
     for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
         where = f"database_tuning_record.json:{n}"
         if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
@@ -222,10 +223,8 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
                               "--retarget files it under the profile", f"{where}: {rec.target}")
                 continue
             rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
-        if wk not in filed:
-            filed[wk] = _file_workload(store, wl, wk, profile, source)
         try:  # to the stored module's block names
-            data = translate(rec.as_json(), wl.mod, filed[wk])
+            data = _to_stored(store, filed, renames, row[0], found, profile, source)(rec.as_json())
         except ValueError as e:
             report.refuse("its blocks differ from the stored workload's", f"{where}: {e}")
             continue
@@ -235,6 +234,18 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             report.known += 1
     report.workloads = len(filed)
     return report
+
+
+def _to_stored(store: RecordStore, filed: dict[str, Any], renames: dict[int, Any], index: int,
+               found: tuple[Any, str], profile: DeviceProfile, source: str) -> Any:
+    """How the records of workload line `index` are renamed to the blocks of the store's module
+    of their key (the workload filed first when the store lacks it); ValueError if they cannot."""
+    wl, wk = found
+    if wk not in filed:
+        filed[wk] = _file_workload(store, wl, wk, profile, source)
+    if index not in renames:
+        renames[index] = translation(wl.mod, filed[wk])
+    return renames[index]
 
 
 def _canonical(target: Any) -> str:

@@ -17,6 +17,7 @@ names of the function they are applied to (`translate`), block by block in the s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 _SBLOCK = "s_tir.SBlock"
@@ -35,10 +36,14 @@ def _blocks(graph: dict[str, Any]) -> list[dict[str, Any]]:
     return [n for n in graph["nodes"] if n.get("type") == _SBLOCK]
 
 
+def _names(graph: dict[str, Any], blocks: list[dict[str, Any]]) -> list[str]:
+    return [graph["nodes"][b["data"]["name_hint"]]["data"] for b in blocks]
+
+
 def block_names(func: Any) -> list[str]:
     """The function's block names, in canonical order."""
     graph = _graph(func)
-    return [graph["nodes"][b["data"]["name_hint"]]["data"] for b in _blocks(graph)]
+    return _names(graph, _blocks(graph))
 
 
 def canonical(func: Any) -> Any:
@@ -48,7 +53,7 @@ def canonical(func: Any) -> Any:
 
     graph = _graph(func)
     nodes, blocks = graph["nodes"], _blocks(graph)
-    names = [nodes[b["data"]["name_hint"]]["data"] for b in blocks]
+    names = _names(graph, blocks)
     wanted = [name if name == ROOT else f"block_{i}" for i, name in enumerate(names)]
     if names == wanted:
         return func
@@ -76,13 +81,22 @@ def translate(record: list[Any], tuned_on: Any, applied_to: Any) -> list[Any]:
     """A record's JSON (`[trace, ...]`) tuned on the module `tuned_on`, with its blocks renamed
     to those of `applied_to` (a structurally equal module). ValueError when the two modules'
     blocks do not correspond."""
+    return translation(tuned_on, applied_to)(record)
+
+
+def translation(tuned_on: Any, applied_to: Any) -> Callable[[list[Any]], list[Any]]:
+    """`translate` for many records of one pair of modules (their blocks are read once)."""
     old, new = block_names(tuned_on), block_names(applied_to)
     if old == new:
-        return record
+        return lambda record: record
     if len(old) != len(new) or len(set(old)) != len(old):
         raise ValueError(f"the blocks of the tuned workload ({len(old)}) and of this task "
                          f"({len(new)}) do not correspond")
     rename = dict(zip(old, new, strict=True))
+    return lambda record: _renamed(record, rename)
+
+
+def _renamed(record: list[Any], rename: dict[str, str]) -> list[Any]:
     insts, decisions = record[0]
     renamed = []
     for inst in insts:

@@ -30,7 +30,7 @@ def fold_batch_norm(mod: Any) -> Any:
     from tvm import relax
 
     given, mod = mod, relax.transform.FoldConstant()(mod)  # a bias reshaped: a constant
-    plans: dict[Any, tuple[Any, Any]] = {}
+    plans: dict[Any, tuple[Any, Any, Any]] = {}
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             for block in func.body.blocks:
@@ -46,8 +46,8 @@ def fold_batch_norm(mod: Any) -> Any:
     return relax.transform.DeadCodeElimination()(mod)
 
 
-def _plan(block: Any) -> dict[Any, tuple[Any, Any]]:
-    """Batch-norm var -> (the convolution with scaled weights, the shift as a constant)."""
+def _plan(block: Any) -> dict[Any, tuple[Any, Any, Any]]:
+    """Batch-norm var -> (the convolution, its scaled weights and the shift, as constants)."""
     from tvm import relax
 
     values = {b.var: b.value for b in block.bindings}
@@ -56,7 +56,7 @@ def _plan(block: Any) -> dict[Any, tuple[Any, Any]]:
     for var, value in values.items():
         if not (isinstance(value, relax.Call) and _op(value) == "relax.nn.batch_norm"):
             continue
-        folded = _fold(value, values, users)
+        folded = _fold(var, value, values, users)
         if folded is not None and all(
                 isinstance(values.get(u), relax.TupleGetItem) and values[u].index == 0
                 for u in users.get(var, [])):
@@ -73,7 +73,8 @@ def _only_user(var: Any, user: Any, users: dict[Any, Any]) -> bool:
     return len(found) == 1 and found[0].same_as(user)
 
 
-def _fold(bn: Any, values: dict[Any, Any], users: dict[Any, Any]) -> tuple[Any, Any] | None:
+def _fold(bn_var: Any, bn: Any, values: dict[Any, Any],
+          users: dict[Any, Any]) -> tuple[Any, Any, Any] | None:
     from tvm import relax
     from tvm.ir.expr import Constant
 
@@ -83,8 +84,7 @@ def _fold(bn: Any, values: dict[Any, Any], users: dict[Any, Any]) -> tuple[Any, 
     src, *stats = bn.args
     if not (isinstance(src, relax.Var) and all(isinstance(s, Constant) for s in stats)):
         return None
-    bn_var = next((v for v, val in values.items() if val.same_as(bn)), None)
-    if bn_var is None or not _only_user(src, bn_var, users):
+    if not _only_user(src, bn_var, users):
         return None
     conv, bias = values.get(src), None
     if isinstance(conv, relax.Call) and _op(conv) == "relax.add" and \
@@ -105,7 +105,7 @@ def _fold(bn: Any, values: dict[Any, Any], users: dict[Any, Any]) -> tuple[Any, 
 
 
 def _scaled(conv: Any, bias: Any, stats: list[Any], eps: float, center: bool,
-            scale: bool) -> tuple[Any, Any] | None:
+            scale: bool) -> tuple[Any, Any, Any] | None:
     import numpy as np
     from tvm import relax
 
@@ -124,12 +124,10 @@ def _scaled(conv: Any, bias: Any, stats: list[Any], eps: float, center: bool,
         b = raw.reshape(channels).astype("float64")
     s = (gamma if scale else np.ones(channels)) / np.sqrt(var + eps)
     shift = (b - mean) * s + (beta if center else 0.0)
-    w = (weight.astype("float64") * s.reshape((channels,) + (1,) * (weight.ndim - 1)))
-    rank = weight.ndim  # the output's rank too (N, C, spatial...)
-    new_conv = relax.Call(conv.op, [conv.args[0], relax.const(w.astype(weight.dtype))],
-                          conv.attrs, conv.ty_args)
-    shift_const = relax.const(shift.astype(weight.dtype).reshape((1, channels) + (1,) * (rank - 2)))
-    return new_conv, shift_const
+    ones = (1,) * (weight.ndim - 1)  # the weight's rank is the output's: (N, C, spatial...)
+    w = weight.astype("float64") * s.reshape((channels, *ones))
+    return (conv, relax.const(w.astype(weight.dtype)),
+            relax.const(shift.astype(weight.dtype).reshape((1, channels, *ones[1:]))))
 
 
 def _folder() -> Any:
@@ -137,7 +135,7 @@ def _folder() -> Any:
 
     @relax.expr_functor.mutator
     class Folder(relax.PyExprMutator):
-        def __init__(self, mod: Any, plans: dict[Any, tuple[Any, Any]]) -> None:
+        def __init__(self, mod: Any, plans: dict[Any, tuple[Any, Any, Any]]) -> None:
             super().__init__(mod)
             self.plans = plans
 
@@ -145,10 +143,9 @@ def _folder() -> Any:
             plan = self.plans.get(op.tuple_value) if op.index == 0 else None
             if plan is None:
                 return super().visit_tuple_getitem_(op)
-            conv, shift = plan
+            conv, weight, shift = plan
             x = self.visit_expr(conv.args[0])
-            out = self.builder_.emit(relax.Call(conv.op, [x, conv.args[1]], conv.attrs,
-                                                conv.ty_args))
+            out = self.builder_.emit(relax.Call(conv.op, [x, weight], conv.attrs, conv.ty_args))
             return relax.op.add(out, shift)
 
     return Folder
