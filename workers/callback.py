@@ -20,6 +20,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import Workload
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from farm.core.failures import brief
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import CULPRIT_AFTER, valid_secs
 from workers.runner import classify_run_error
@@ -35,6 +36,7 @@ class RoundCounters:
     duplicates: int = 0
     device_lost: int = 0
     failures: Counter = field(default_factory=Counter)
+    errors: dict[str, str] = field(default_factory=dict)  # class -> its first message, brief
     best_us: float | None = None
     last_device_error: str = ""
     store_error: Exception | None = None  # the store failed mid-round (re-raised after tune_tir)
@@ -85,7 +87,8 @@ class StoreCallback(PyMeasureCallback):
             raise
         if lost < CULPRIT_AFTER:
             c.device_lost += 1
-            c.last_device_error = error_msg.strip().splitlines()[-1][:300] if error_msg else ""
+            c.last_device_error = brief(error_msg) if error_msg else ""
+            c.errors.setdefault("device_lost", c.last_device_error)
         else:
             log.warning("workload %s: candidate %s lost a phone %d times: stored as the "
                         "culprit, not measured again", self.workload_key, candidate, lost)
@@ -145,6 +148,7 @@ class StoreCallback(PyMeasureCallback):
                         c.best_us = run_us
                 else:
                     c.failures[error_class] += 1
+                    c.errors.setdefault(error_class, brief(error_msg))
             else:
                 c.duplicates += 1
         if self.on_progress is not None:

@@ -81,21 +81,19 @@ class WorkerContext:
         return self._processes
 
     def builder(self, profile: DeviceProfile) -> Any:
-        """The warm builder of the profile's export: `local` (a tar the phone links) or
-        `cross` (a .so linked here by the profile's compiler, e.g. the NDK's)."""
-        f_export: Any = None
-        if profile.export == "cross":
-            from farm.devices.cross import compiler, export_cross
+        """The warm builder of the profile's linker: candidates are shared libraries linked
+        here (a phone holds TVM's runtime only), by this machine's compiler (`local`) or by
+        the profile's (`cross`, e.g. the NDK's)."""
+        from farm.devices.cross import export_shared, linker
+        from workers.builder import WarmBuilder
 
-            f_export = functools.partial(export_cross, compiler(profile))
-        slot = f"{profile.export}:{f_export.args[0] if f_export else ''}"
+        cc = linker(profile)
+        slot = f"{profile.export}:{cc or ''}"
         if slot not in self._builders:
-            from workers.builder import WarmBuilder
-
             self._builders[slot] = WarmBuilder(
                 max_workers=self.config.builder_workers, timeout_s=self.config.build_timeout_s,
-                max_uses=self.config.builder_max_uses, f_export=f_export,
-                processes=self.processes())
+                max_uses=self.config.builder_max_uses,
+                f_export=functools.partial(export_shared, cc), processes=self.processes())
         return self._builders[slot]
 
     def runner(self, profile: DeviceProfile, phones: int) -> Any:
@@ -394,7 +392,8 @@ def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any,
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
         duplicates=counters.duplicates + skipped, single_schedule=single,
-        failures=dict(counters.failures), device_lost=counters.device_lost,
+        failures=dict(counters.failures), errors=dict(counters.errors),
+        device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
         ranked_by=ranked_by, handed_off=bool(counts.get("handed_off")),
     )

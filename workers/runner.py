@@ -10,8 +10,9 @@ stored and is measured again).
 
 It also checks every candidate's output (profiles with `check_outputs`): before
 timing, the candidate and the workload's unscheduled kernel (the reference,
-built once per round with the same export) run on the same inputs on the phone;
+built once per round with the same linker) run on the same inputs on the phone;
 a candidate whose output differs is a `wrong_answer`, stored as failed, never best.
+What runs on the phone needs TVM's runtime only: farm/devices/evaluate.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 
 from farm.core.profiles import DeviceProfile
+from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator
 from farm.devices.tracker import parse_addr
 from workers import phonelog
 from workers.phonelog import LostPolicy, PhoneLog
@@ -65,7 +67,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.f_create_session = self._create_session
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
-        self.f_alloc_argument = alloc_index_safe
+        self.f_alloc_argument = alloc_on_phone  # filled on the host: farm/devices/evaluate.py
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
 
@@ -93,70 +95,9 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         return super().run(runner_inputs)
 
 
-WRONG = "wrong answer"
-
-
-def alloc_index_safe(session: Any, device: Any, args_info: list[Any],
-                     alloc_repeat: int) -> list[Any]:
-    """MetaSchedule's arguments, but integer tensors are zeros. Its random fill writes float
-    bit patterns into them (int64 values ~4.6e18), and integer inputs are indices as often
-    as not (an embedding's token ids, a gather's positions): every `take` then read out of
-    bounds, a wrong answer at best, a segfault that took the phone's session down at worst."""
-    import numpy as np
-    from tvm.s_tir.meta_schedule.runner.rpc_runner import default_alloc_argument
-
-    repeated = default_alloc_argument(session, device, args_info, alloc_repeat)
-    for args in repeated:
-        for arg, info in zip(args, args_info, strict=True):
-            if info[0] == "TENSOR" and str(info[1]).startswith(("int", "uint")):
-                arg.copyfrom(np.zeros([int(d) for d in info[2]], dtype=str(info[1])))
-    return repeated
-
-
 def _remove(path: str) -> None:
     with contextlib.suppress(OSError):
         os.remove(path)
-
-
-def outputs_match(got: Any, want: Any) -> tuple[bool, float]:
-    """Allclose with a tolerance relative to the reference's magnitude (float sums reorder)."""
-    import numpy as np
-
-    if got.shape != want.shape:
-        return False, float("inf")
-    if got.dtype.kind not in "fc":
-        return bool(np.array_equal(got, want)), 0.0 if np.array_equal(got, want) else 1.0
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    finite = np.isfinite(w)
-    if not np.array_equal(np.isfinite(g), finite):
-        return False, float("inf")
-    err = float(np.abs(g[finite] - w[finite]).max()) if finite.any() else 0.0
-    scale = float(np.abs(w[finite]).max()) if finite.any() else 0.0
-    return err <= 1e-3 * max(1.0, scale), err
-
-
-def checked_run_evaluator(reference: str, session: Any, rt_mod: Any, device: Any,
-                          evaluator_config: Any, repeated_args: list[Any]) -> list[float]:
-    """MetaSchedule's run evaluator, after an output check against the reference kernel.
-    Runs in the runner's pool processes, on the phone's RPC session."""
-    import tvm
-    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
-
-    args = repeated_args[0]
-    inputs = [a.numpy() for a in args]
-    session.upload(reference, os.path.basename(reference))
-    ref_mod = session.load_module(os.path.basename(reference))
-    mine = [tvm.runtime.tensor(x, device) for x in inputs]
-    theirs = [tvm.runtime.tensor(x, device) for x in inputs]
-    rt_mod[rt_mod.entry_name](*mine)
-    ref_mod[ref_mod.entry_name](*theirs)
-    device.sync()
-    for i, (m, t) in enumerate(zip(mine, theirs, strict=True)):
-        ok, err = outputs_match(m.numpy(), t.numpy())
-        if not ok:
-            raise RuntimeError(f"{WRONG}: argument {i} differs from the unscheduled kernel's "
-                               f"(max abs err {err:.3g})")
-    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
 
 
 def classify_run_error(msg: str) -> str:

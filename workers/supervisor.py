@@ -71,7 +71,7 @@ class Supervisor(threading.Thread):
         for job_id in self.store.active_jobs():
             job = self.store.get_job(job_id)
             status = self.store.job_status(job_id).get("state", "")
-            if job is None or status in ("cancelled", "finalized"):
+            if job is None or status in ("cancelled", "finalized", "failed"):
                 self.store.set_active(job_id, False)
                 continue
             if finalize_stage.job_finished(self.store, job):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.core.errors import StoreError, UsageError, last_line
+from farm.core.failures import brief
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
 from farm.pipeline.blocknames import canonical_module, translation
@@ -47,10 +48,13 @@ def show(store: RecordStore, wk: str, top: int = 5) -> dict[str, Any]:
     records = store.records(wk)
     valid = sorted((r for r in records if r.valid), key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
     failures = Counter(r.error_class for r in records if not r.valid)
+    errors: dict[str, str] = {}  # class -> the first message measured (the phone's own words)
+    for r in sorted((r for r in records if not r.valid), key=lambda r: r.measured_at):
+        errors.setdefault(r.error_class or "failed", brief(r.error_msg))
     return {
         "workload_key": wk, "name": task.name, "device_key": task.device_key,
         "target": task.target, "weight": task.weight, "trials": len(records),
-        "valid": len(valid), "failures": dict(failures),
+        "valid": len(valid), "failures": dict(failures), "errors": errors,
         "unverified": sum(1 for r in records if not r.verified),
         "jobs": sorted({r.job_id for r in records if r.job_id}),
         "hosts": sorted({r.host for r in records if r.host}),

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from farm.core.config import FarmConfig
@@ -90,8 +88,11 @@ def phone_cpu(remote: Any) -> tuple[str, str] | None:
     try:
         cpu = remote.get_function("target.llvm_get_system_cpu")()
         triple = str(remote.get_function("target.llvm_get_system_triple")())
-    except Exception:  # noqa: BLE001 - the function is missing: the phone does not say
-        return None
+    except Exception:  # noqa: BLE001 - a runtime-only phone: it cannot ask LLVM
+        try:  # the farm's own emulated phones are told by the farm that starts them
+            cpu, _, triple = str(remote.get_function("farm.phone.cpu")()).partition(" ")
+        except Exception:  # noqa: BLE001 - the function is missing: the phone does not say
+            return None
     return cpu_name(cpu), triple
 
 
@@ -142,36 +143,13 @@ def check_phone_cpu(tracker: str, profile: DeviceProfile, overrides: dict[str, A
     return f"{name}; {fits}"
 
 
-def check_kernel(tracker: str, profile: DeviceProfile) -> str:
-    """Build a tiny kernel for the profile, upload it to a phone of the key, run it, check it."""
-    import numpy as np
-    import tvm
-    from tvm import te
-    from tvm.support.tar import tar
+def check_candidate(tracker: str, profile: DeviceProfile) -> str:
+    """One real candidate through the whole path of a round (farm/devices/probe.py)."""
+    from farm.devices.probe import probe_phone
 
-    n = 1024
-    a = te.placeholder((n,), name="A")
-    b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="B")
-    func = te.create_prim_func([a, b])
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(profile.target_json()))
-    t0 = time.perf_counter()
-    remote = request_phone(tracker, profile.key, 60)
-    from farm.devices.cross import fcompile
-
-    cross = fcompile(profile)
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / ("doctor.so" if cross else "doctor.tar")
-        lib.export_library(str(path), fcompile=cross or tar)
-        remote.upload(str(path))
-        rlib = remote.load_module(path.name)
-    dev = remote.cpu(0)
-    x = np.arange(n, dtype="float32")
-    ta = tvm.runtime.tensor(x, dev)
-    tb = tvm.runtime.tensor(np.zeros(n, dtype="float32"), dev)
-    rlib["main"](ta, tb)
-    if not np.allclose(tb.numpy(), x * 2 + 1):
-        raise RuntimeError("the kernel ran but returned wrong values")
-    return f"a kernel built, uploaded and ran correctly ({(time.perf_counter() - t0) * 1e3:.0f} ms)"
+    got = probe_phone(tracker, profile)
+    return (f"a candidate built and linked here, uploaded, loaded, run and checked against "
+            f"the reference on {got.phone}: {got.run_us:.1f} us ({got.wall_ms:.0f} ms in all)")
 
 
 def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list[Check]:
@@ -196,11 +174,11 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
     if tracker:
         checks.append(_run(f"phones of key {device_key}", lambda: check_phones(tracker, device_key),
                            f"start phones with --tracker {tracker} --key {device_key}"))
-        if checks[-1].ok:
+        if checks[-1].ok:  # the whole path first: a phone that fails it fails every job
+            checks.append(_run("a candidate on a phone", lambda: check_candidate(tracker, profile),
+                               "the phone's own error is above; see README: real phones"))
             checks.append(_run("the phone's CPU",
                                lambda: check_phone_cpu(tracker, profile, config.profiles),
                                f"use the device key of a profile made for that CPU, or set "
                                f"[profiles.{device_key}] target.mcpu to it in farm.toml"))
-            checks.append(_run("a kernel on a phone", lambda: check_kernel(tracker, profile),
-                               "see the phone's log; check the profile's target and export"))
     return checks

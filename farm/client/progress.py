@@ -80,12 +80,17 @@ def render(view: dict[str, Any], width: int = 48) -> str:
             f"{view['trials_left']} left, elapsed {_duration(view['elapsed_s'])}, "
             f"ETA {_duration(view['eta_s'])}")
     lines = [head]
+    if st == "failed" and view["status"].get("message"):
+        lines.append(f"  {view['status']['message']}")
     for t in view["tasks"]:
         best = f"{t['best_us']:.1f} us" if t.get("best_us") else "-"
         lines.append(f"  {t['name'][:width]:{width}} [{_bar(t['trials_in_store'], t['trials_goal'])}] "
                      f"{t['trials_in_store']:4}/{t['trials_goal']:<4} best {best:>11}  {_state(t)}")
         if t["state"] in ("waiting", "queued", "tuning") and t.get("message"):
             lines.append(f"  {'':{width}}   {t['message']}")
+        for cls, text in (t.get("errors") or {}).items():  # the phone's own words, first of each
+            lines.append(f"  {'':{width}}   {cls} x{t['failures'].get(cls, t.get('device_lost', 0))}"
+                         f": {text}")
     m = view.get("measurements", {})
     if m.get("measurements"):
         lines.append(f"  phone measurements: {m['measurements']} ({m['new']} new records, "
@@ -148,6 +153,10 @@ def format_table(summary: dict[str, Any]) -> str:
     if fb:
         lines.append(f"default schedule for {len(fb)} function(s): "
                      + "; ".join(f"{k} ({v})" for k, v in fb.items()))
+    none = summary.get("unmeasured_tasks") or []
+    if none:
+        lines.append(f"{len(none)} task(s) got no valid measurement, on the default schedule: "
+                     f"{', '.join(none)} (errors: `farm status {summary['job_id']}`)")
     if summary.get("phones"):
         lines.append(f"phones: {len(summary['phones'])}, busy "
                      f"{100 * summary['phone_utilization']:.0f} % of the tuning wall "

@@ -54,6 +54,12 @@ class TuneError(FarmError):
     exit_code = 6
 
 
+class UnmeasuredError(TuneError):
+    """No task the phones measured got one valid result: they cannot run the candidates."""
+
+    exit_code = 9
+
+
 class CompileError(FarmError):
     """Building the tuned model, or checking it against torch, failed."""
 
@@ -78,6 +84,7 @@ EXIT_CODES: dict[str, int] = {
     "tune": TuneError.exit_code,
     "compile": CompileError.exit_code,
     "store": StoreError.exit_code,
+    "unmeasured": UnmeasuredError.exit_code,
     "interrupted": EXIT_INTERRUPTED,
 }
 

@@ -124,6 +124,7 @@ class RoundResult(_Message):
     requested: int = 0  # trials the round asked MetaSchedule for
     duplicates: int = 0  # candidates measured again that the store already had
     failures: dict[str, int] = field(default_factory=dict)  # class -> count
+    errors: dict[str, str] = field(default_factory=dict)  # class -> its first message, brief
     device_lost: int = 0
     best_us: float | None = None
     wall_s: float = 0.0

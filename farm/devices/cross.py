@@ -1,9 +1,10 @@
 """How a candidate or a model library is exported for a device profile.
 
-`local`: a tar of object files, linked on the device by its own compiler (this
-machine's emulated phones). `cross`: a shared library linked here, on the host,
-by the profile's compiler (the Android NDK's clang++ via `$TVM_NDK_CC`, or
-`aarch64-linux-gnu-g++` for the emulated arm64 phone); the device only loads it.
+Always a shared library linked here, on the host: a phone holds TVM's runtime only (no
+compiler, no linker), so it can only load a library as it is. `local`: linked by this
+machine's C++ compiler (phones of this machine's CPU); `cross`: by the profile's compiler
+(the Android NDK's clang++ via `$TVM_NDK_CC`, or `aarch64-linux-gnu-g++` for the emulated
+arm64 phone).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def check_triple(profile: DeviceProfile) -> str:
 
 
 def fcompile(profile: DeviceProfile) -> Callable[..., Any] | None:
-    """`export_library`'s fcompile for the profile (None: this machine's default)."""
+    """`export_library`'s fcompile for the profile (None: this machine's compiler, which
+    `export_library` uses for a path ending in .so)."""
     if profile.export != "cross":
         return None
     from tvm.support import cc as tvm_cc
@@ -63,26 +65,31 @@ def fcompile(profile: DeviceProfile) -> Callable[..., Any] | None:
     return tvm_cc.cross_compiler(compiler(profile))
 
 
-def export_cross(cc: str, rt_mod: Any) -> str:
-    """A MetaSchedule builder export: link the candidate into a .so with `cc` (runs in the
-    builder's processes; the phone only uploads and loads it)."""
+def linker(profile: DeviceProfile) -> str | None:
+    """The compiler that links the profile's libraries: its own (`cross`), else None (this
+    machine's: TVM's `cc.create_shared` picks $CXX, g++ or clang++)."""
+    return compiler(profile) if profile.export == "cross" else None
+
+
+def export_shared(cc: str | None, rt_mod: Any) -> str:
+    """A MetaSchedule builder export: the candidate linked into a .so by `cc` (None: this
+    machine's compiler), in a folder of its own (the task scheduler removes the folder).
+    Runs in the builder's processes; the phone only uploads and loads it."""
     from tvm.support import cc as tvm_cc
 
-    path = os.path.join(tempfile.mkdtemp(prefix="farm-cross-"), "candidate.so")  # own folder
-    rt_mod.export_library(path, fcompile=tvm_cc.cross_compiler(cc))
+    path = os.path.join(tempfile.mkdtemp(prefix="farm-cand-"), "candidate.so")
+    rt_mod.export_library(path, fcompile=tvm_cc.cross_compiler(cc) if cc else None)
     return path
 
 
 def build_reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str) -> str:
-    """The workload's unscheduled kernel, exported for the profile's phones: the reference a
-    candidate's output is checked against (workers/runner.py)."""
+    """The workload's unscheduled kernel, linked for the profile's phones: the reference a
+    candidate's output is checked against (farm/devices/evaluate.py)."""
     import uuid
 
     import tvm
-    from tvm.support.tar import tar
 
     lib = tvm.compile(mod, target=target)
-    cross = fcompile(profile)
-    path = os.path.join(work_dir, f"reference-{uuid.uuid4().hex[:8]}.{'so' if cross else 'tar'}")
-    lib.export_library(path, fcompile=cross or tar)
+    path = os.path.join(work_dir, f"reference-{uuid.uuid4().hex[:8]}.so")
+    lib.export_library(path, fcompile=fcompile(profile))
     return path

@@ -17,7 +17,6 @@ should connect to (`advertised_address`); the tracker hands that address to ever
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import socket
 import time
@@ -101,14 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port-end", type=int, default=9199)
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--advertise", help="the address workers connect to (default --host)")
+    p.add_argument("--cpu", default="", help="LLVM's name of this CPU, for `farm doctor`")
+    p.add_argument("--triple", default="", help="this machine's target triple, for `farm doctor`")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
-    from farm.devices.rpcd import serve_phone
+    from farm.devices.rpcd import describe, serve_phone
+
+    def before() -> None:  # runs once the phone is runtime-only
+        if args.cpu or args.triple:
+            describe(args.cpu, args.triple)
+        if args.delay_s > 0:
+            _slow_sessions(args.delay_s)
 
     serve_phone(args.host, args.port, args.port_end, args.key, parse_addr(args.tracker),
                 custom_addr=advertised_address(args.host, args.advertise, args.tracker),
-                before=functools.partial(_slow_sessions, args.delay_s) if args.delay_s > 0
-                else None)
+                before=before)
     return 0
 
 

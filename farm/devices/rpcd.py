@@ -59,11 +59,37 @@ def _survive_crashed_sessions() -> None:
     server._serving = guarded
 
 
+RUNTIME_ONLY = {"TVM_USE_RUNTIME_LIB": "1"}  # TVM loads libtvm_runtime.so and nothing else
+
+
+def runtime_only() -> None:
+    """This process is a phone: it loads TVM's runtime library only, as a real phone's RPC
+    app does (no compiler, no linker: a candidate must come linked). Raises RuntimeError
+    when TVM's compiler is already loaded here (too late to be a phone)."""
+    import os
+    import sys
+
+    if "tvm" in sys.modules and not sys.modules["tvm"].base._RUNTIME_ONLY:
+        raise RuntimeError("TVM's compiler is loaded in this process: it cannot be a phone")
+    os.environ.update(RUNTIME_ONLY)
+
+
+def describe(cpu: str, triple: str) -> None:
+    """Register `farm.phone.cpu` (LLVM's name of the CPU and its triple, as the farm that
+    started this phone found them): a runtime-only phone cannot ask LLVM itself, and a real
+    phone's RPC app does not say (`farm doctor` then says so)."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func("farm.phone.cpu", lambda: f"{cpu} {triple}", override=True)
+
+
 def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[str, int],
                 custom_addr: str | None = None,
                 before: Callable[[], None] | None = None) -> None:
     """A TVM RPC server registered at `tracker` under `key` (what `tvm.exec.rpc_server` runs,
-    in this process); `before` runs first (farm/devices/phone.py's slow sessions)."""
+    in this process), on TVM's runtime library only; `before` runs first
+    (farm/devices/phone.py's slow sessions)."""
+    runtime_only()
     from tvm.rpc.server import PopenRPCServerState
 
     if before is not None:

@@ -7,6 +7,7 @@ Only loopback addresses are used unless told otherwise.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -238,7 +239,9 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
 
     addr = advertised_address(host, advertise, tracker)
     port = port if port is not None and port_frees(host, port, 5.0) else free_port(host)
-    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    # a phone holds TVM's runtime only (farm/devices/rpcd.py: runtime_only)
+    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+           "TVM_USE_RUNTIME_LIB": "1"}
     python = [sys.executable]
     if arch == "arm64":
         from farm.devices import arm64sim
@@ -262,12 +265,25 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
                      log_dir, env)
+    cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [*python, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1),
+                  "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
                   *(["--advertise", addr] if addr else [])],
                  log_dir, env)
+
+
+@functools.cache
+def this_cpu() -> tuple[str, str]:
+    """LLVM's name of this machine's CPU and its triple: what an emulated phone of this
+    machine says it is (it cannot ask LLVM itself: it holds TVM's runtime only)."""
+    from tvm.target import codegen
+
+    from farm.devices.hostcpu import system_cpu
+
+    return system_cpu(), str(codegen.llvm_get_system_triple())
 
 
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,

@@ -12,16 +12,59 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from farm.core.errors import StoreError, last_line
+from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
 from farm.pipeline.blocknames import translate
 from farm.pipeline.extract import load_mod
-from farm.store import RecordStore, StoredRecord
+from farm.store import RecordStore, StoredRecord, TaskState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """The tasks of a job that phones measured without one valid result."""
+
+    tasks: list[str]  # their names
+    searched: int  # tasks whose candidates went to phones at all
+    error_class: str = ""  # the commonest failure over those tasks
+    error: str = ""  # its first message (the phone's or builder's own words)
+
+    @property
+    def nothing(self) -> bool:
+        """No task that went to the phones got one valid measurement: the job failed."""
+        return self.searched > 0 and len(self.tasks) == self.searched
+
+    def line(self, key: str = "KEY", tracker: str = "HOST:PORT") -> str:
+        """One line: the commonest error and its fix."""
+        return (f"{self.error_class}: {self.error or '(no message)'}; fix: "
+                f"{fix_for(self.error_class, self.error, key, tracker)}")
+
+
+def unmeasured(job: JobSpec, states: dict[str, TaskState]) -> Unmeasured:
+    """Which tasks the phones measured without one valid result (a task from the store, or
+    never sent to a phone, is not searched)."""
+    names, searched, classes = [], 0, Counter[str]()
+    errors: dict[str, str] = {}
+    for wk in job.workload_keys:
+        st = states.get(wk)
+        if st is None or st.valid + sum(st.failures.values()) + st.device_lost == 0:
+            continue
+        searched += 1
+        if st.valid == 0:
+            names.append(job.task_names.get(wk, wk))
+            classes.update(st.failures)
+            classes["device_lost"] += st.device_lost
+            for cls, text in st.errors.items():
+                errors.setdefault(cls, text)
+    cls = classes.most_common(1)[0][0] if classes else ""
+    return Unmeasured(tasks=names, searched=searched, error_class=cls, error=errors.get(cls, ""))
 
 
 def job_finished(store: RecordStore, job: JobSpec) -> bool:
@@ -41,8 +84,12 @@ def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
             picks[wk] = best.candidate
     final, first = store.finalize_once(job.job_id, picks)
     if first:
-        store.set_job_status(job.job_id, state="finalized", finalized_by=by,
-                             finalized_at=str(time.time()))
+        verdict = unmeasured(job, store.task_states(job.job_id))
+        store.set_job_status(job.job_id, state="failed" if verdict.nothing else "finalized",
+                             finalized_by=by, finalized_at=str(time.time()),
+                             message=f"no task got one valid measurement: "
+                                     f"{verdict.line(job.device_key)}"
+                             if verdict.nothing else "")
         log.info("job %s finalized by %s: %d of %d workloads have a best record", job.job_id,
                  by, len(final), len(job.workload_keys))
     return final

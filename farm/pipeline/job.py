@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.core.config import FarmConfig
-from farm.core.errors import UsageError
+from farm.core.errors import UnmeasuredError, UsageError
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
@@ -75,8 +75,9 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
             if farm.embedded:  # nobody else will finish this job: its queued rounds must
                 # not run in the next embedded farm (its records stay in the store)
                 with contextlib.suppress(Exception):
-                    farm.store.set_job_status(job.job_id, state="cancelled",
-                                              message="the submitting farm stopped")
+                    if farm.store.job_status(job.job_id).get("state") != "failed":
+                        farm.store.set_job_status(job.job_id, state="cancelled",
+                                                  message="the submitting farm stopped")
             raise
 
 
@@ -220,9 +221,15 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
+        states = farm.store.task_states(job.job_id)
+        verdict = finalize_stage.unmeasured(job, states)
+        if verdict.nothing:  # an untuned model is no result: say what the phones said
+            raise UnmeasuredError(
+                f"no task got one valid measurement ({verdict.searched} went to the phones): "
+                f"{verdict.line(job.device_key, farm.tracker or 'HOST:PORT')}",
+                subject=f"job {job.job_id}")
         unusable: dict[str, str] = {}  # workload key -> why its best record was not applied
         bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks, unusable)
-        states = farm.store.task_states(job.job_id)
         measured = farm.store.job_measured(job.job_id)
         from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
                                           - measured.get(t.workload_key, 0)) for t in tasks}
@@ -241,6 +248,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
                                result, prep.profile, time.monotonic() - t0,
                                farm.store.job_counts(job.job_id), default_times(farm.store, tasks))
         summary["tuning_s"] = round(tuning_s, 1)
+        summary["unmeasured_tasks"] = verdict.tasks  # went to the phones, nothing valid back
         summary.update(phone_section(farm.store, job))
         summary["out"] = str(opts.out)
         report_stage.write(staging, summary, farm.store)

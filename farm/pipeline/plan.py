@@ -137,7 +137,9 @@ def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
         failures[k] = failures.get(k, 0) + v
     best = store.best(req.workload_key)
     gained = [best.run_us] if best and best.run_us and not result.skipped else []
-    return dict(failures=failures, device_lost=prior.device_lost + result.device_lost,
+    errors = {**result.errors, **prior.errors}  # the first message of each class stays
+    return dict(failures=failures, errors=errors, valid=prior.valid + result.valid,
+                device_lost=prior.device_lost + result.device_lost,
                 best_us=best.run_us if best else None, host=result.host,
                 rounds=max(prior.rounds, req.round_index + 1),
                 history=list(prior.history) + gained,

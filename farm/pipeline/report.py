@@ -36,6 +36,13 @@ def _ticks(lo: float, hi: float) -> list[float]:
     return [lo, (lo + hi) / 2, hi]
 
 
+def _errors(task: dict[str, Any]) -> str:
+    """The first message of each failure class of a task (the phone's or builder's words)."""
+    items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                    for k, v in (task.get("errors") or {}).items())
+    return f"<ul class=errors>{items}</ul>" if items else ""
+
+
 def svg_curve(points: list[tuple[int, float]]) -> str:
     """The tuning curve: best latency so far (us, y) against trials measured (x), with axes."""
     if not points:
@@ -164,7 +171,8 @@ def render(summary: dict[str, Any], store: RecordStore,
             f"<td>{t['trials_measured']}</td><td>{t['trials_from_store']}</td>"
             f"<td>{_us(t['best_us'])}</td><td>{_us(t.get('default_us'))}</td>"
             f"<td>{share_before:.1f}</td>"
-            f"<td>{html.escape(json.dumps(t.get('failures', {})))}</td><td>{t['device_lost']}</td>"
+            f"<td>{html.escape(json.dumps(t.get('failures', {})))}{_errors(t)}</td>"
+            f"<td>{t['device_lost']}</td>"
             f"<td>{html.escape(t['state'])}</td>"
             f"<td>{svg_curve(curve(store, t['workload_key']))}"
             f"{cache_view(store, t['workload_key'])}</td></tr>")

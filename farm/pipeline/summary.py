@@ -32,6 +32,7 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
             "best_us": round(best.run_us, 3) if best is not None else None,
             "default_us": round(defaults[wk], 3) if wk in defaults else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
+            "valid": st.valid, "errors": st.errors,
             "device_lost": st.device_lost, "retries": row["retries"], "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
             "single_schedule": st.single_schedule,

@@ -134,6 +134,8 @@ class TaskState(_Message):
     best_us: float | None = None
     message: str = ""
     failures: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # class -> the job's first message
+    valid: int = 0  # valid measurements of this job, over all rounds
     device_lost: int = 0
     measure_s: float = 0.0  # seconds its batches spent on the phones, over all rounds
     single_schedule: bool = False  # one possible schedule: measured once, never searched

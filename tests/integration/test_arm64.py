@@ -48,7 +48,7 @@ def test_doctor_cross_compiles_and_runs_a_kernel_on_the_arm64_phone(arm64_tracke
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[pass] compiler of profile arm64-sim: " in proc.stdout
     assert "targets aarch64-linux-gnu" in proc.stdout
-    assert "[pass] a kernel on a phone: a kernel built, uploaded and ran correctly" in proc.stdout
+    assert "[pass] a candidate on a phone: a candidate built and linked here, uploaded, loaded, run and checked" in proc.stdout
 
 
 def test_submit_tunes_on_the_emulated_arm64_phone(arm64_tracker, tmp_path):

@@ -35,7 +35,7 @@ def test_doctor_passes_with_a_phone_that_runs_a_kernel(one_phone, redis_url, tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[pass] Redis (store and broker)" in proc.stdout
     assert "[pass] phones of key doc-key: 1 phone(s)" in proc.stdout
-    assert "[pass] a kernel on a phone: a kernel built, uploaded and ran correctly" in proc.stdout
+    assert "[pass] a candidate on a phone: a candidate built and linked here, uploaded, loaded, run and checked" in proc.stdout
     # the phone said its CPU (this machine's): the key's profile, like cpu-local, is made for it
     from farm.devices.hostcpu import system_cpu
 

@@ -137,15 +137,15 @@ def test_a_phone_whose_kernel_crashes_serves_the_next_session(tracker, tmp_path)
 
 
 def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
-    """An embedding's `take` measured as the runner measures it (workers/runner.py): integer
-    tensors are zeros, floats random. TVM's own fill wrote float bit patterns into int64
+    """An embedding's `take` measured as the runner measures it (farm/devices/evaluate.py, on
+    a runtime-only phone): integer tensors are zeros, floats random, filled on the host. TVM's own fill wrote float bit patterns into int64
     token ids (~4.6e18), and the kernel read out of bounds: the phone's session crashed
     (checked: "code=kShutdown" with TVM's fill)."""
     import numpy as np
     import tvm
     from tvm import rpc, te, topi
 
-    from workers.runner import alloc_index_safe
+    from farm.devices.evaluate import alloc_on_phone
 
     table = te.placeholder((100, 8), name="table")
     ids = te.placeholder((2, 12), dtype="int64", name="ids")
@@ -158,7 +158,7 @@ def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
     take = remote.load_module("take.so")["main"]
     args_info = [["TENSOR", "float32", [100, 8]], ["TENSOR", "int64", [2, 12]],
                  ["TENSOR", "float32", [2, 12, 8]]]
-    (args,) = alloc_index_safe(remote, remote.cpu(0), args_info, 1)
+    (args,) = alloc_on_phone(remote, remote.cpu(0), args_info, 1)
     assert np.abs(args[0].numpy()).max() > 0  # the table: random
     take(*args)
     np.testing.assert_array_equal(args[2].numpy(), np.broadcast_to(args[0].numpy()[0], (2, 12, 8)))

@@ -65,11 +65,10 @@ def test_a_candidate_with_a_wrong_output_is_a_wrong_answer(tmp_path):
     import tvm
     from tvm import rpc
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
-    from tvm.support.tar import tar
 
     from farm.core.profiles import resolve_profile
     from farm.devices.cross import build_reference
-    from workers.runner import checked_run_evaluator
+    from farm.devices.evaluate import checked_run_evaluator
 
     target = tvm.target.Target({"kind": "llvm"})
     ref = build_reference(_kernel(1.0), target, resolve_profile("cpu-local"), str(tmp_path))
@@ -77,8 +76,8 @@ def test_a_candidate_with_a_wrong_output_is_a_wrong_answer(tmp_path):
     dev = session.cpu(0)
 
     def loaded(offset: float):
-        path = tmp_path / f"cand{offset}.tar"
-        tvm.compile(_kernel(offset), target=target).export_library(str(path), fcompile=tar)
+        path = tmp_path / f"cand{offset}.so"
+        tvm.compile(_kernel(offset), target=target).export_library(str(path))
         session.upload(str(path), path.name)
         return session.load_module(path.name)
 

@@ -1,0 +1,110 @@
+"""What the farm runs on a phone to measure a candidate: nothing a phone lacks.
+
+A phone holds TVM's runtime only (the TVM RPC app on Android, `tvm_rpc` on a board, the
+farm's own phones: farm/devices/rpcd.py, farm/devices/native/). So every call here is one
+the runtime library serves: upload and load of a shared library linked on the host
+(farm/devices/cross.py), tensor allocation and copies, `runtime.RPCTimeEvaluator`. The
+arguments are filled on the host and copied over: MetaSchedule's own filling calls
+`tvm.contrib.random.random_fill_for_measure` on the phone, which lives in TVM's optional
+runtime library (`libtvm_runtime_extra.so`, `USE_RANDOM`), not in every phone's runtime.
+
+Used by the workers' runner (each candidate of a round) and by `farm doctor` (one
+candidate through the same path before anything else).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+WRONG = "wrong answer"  # the text a wrong output raises with (classified as wrong_answer)
+
+
+def host_values(args_info: list[Any], seed: int = 0) -> list[Any]:
+    """numpy values for a kernel's arguments, made on the host: floats uniform in [1, 10) as
+    TVM's own measurement fill makes them; integer and boolean tensors zeros (integer inputs
+    are indices as often as not: an embedding's token ids, a gather's positions; random bits
+    read out of bounds, a wrong answer at best, a crashed session at worst)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    values = []
+    for info in args_info:
+        if info[0] != "TENSOR":
+            raise NotImplementedError(f"argument {info!r}: only tensors are measured")
+        dtype, shape = str(info[1]), [int(d) for d in info[2]]
+        if dtype.startswith(("float", "bfloat")):
+            values.append(rng.uniform(1.0, 10.0, size=shape).astype(dtype))
+        else:
+            values.append(np.zeros(shape, dtype=dtype))
+    return values
+
+
+def alloc_on_phone(session: Any, device: Any, args_info: list[Any],
+                   alloc_repeat: int) -> list[Any]:
+    """MetaSchedule's `f_alloc_argument`: `alloc_repeat` sets of arguments on the phone,
+    filled on the host (see the module's docstring)."""
+    import tvm
+
+    del session  # the device is the session's: allocation and copies go through it
+    return [[tvm.runtime.tensor(v, device) for v in host_values(args_info, seed=i)]
+            for i in range(alloc_repeat)]
+
+
+def outputs_match(got: Any, want: Any) -> tuple[bool, float]:
+    """Allclose with a tolerance relative to the reference's magnitude (float sums reorder)."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return False, float("inf")
+    if got.dtype.kind not in "fc":
+        same = bool(np.array_equal(got, want))
+        return same, 0.0 if same else 1.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isfinite(g), finite):
+        return False, float("inf")
+    err = float(np.abs(g[finite] - w[finite]).max()) if finite.any() else 0.0
+    scale = float(np.abs(w[finite]).max()) if finite.any() else 0.0
+    return err <= 1e-3 * max(1.0, scale), err
+
+
+def check_against(session: Any, reference: str, rt_mod: Any, device: Any,
+                  args: list[Any]) -> None:
+    """Run the candidate `rt_mod` and the reference kernel (a library on the host, uploaded
+    here) on copies of `args` on the phone; raises RuntimeError(WRONG ...) when an output
+    differs."""
+    import tvm
+
+    inputs = [a.numpy() for a in args]
+    ref_mod = _loaded(session, reference)
+    mine = [tvm.runtime.tensor(x, device) for x in inputs]
+    theirs = [tvm.runtime.tensor(x, device) for x in inputs]
+    rt_mod[rt_mod.entry_name](*mine)
+    ref_mod[ref_mod.entry_name](*theirs)
+    device.sync()
+    for i, (m, t) in enumerate(zip(mine, theirs, strict=True)):
+        ok, err = outputs_match(m.numpy(), t.numpy())
+        if not ok:
+            raise RuntimeError(f"{WRONG}: argument {i} differs from the unscheduled kernel's "
+                               f"(max abs err {err:.3g})")
+
+
+def _loaded(session: Any, path: str) -> Any:
+    """The library at `path` (on the host) loaded on the phone of `session`, once per
+    session: uploading it again would rewrite a library the phone has mapped (it crashes)."""
+    loaded = session.__dict__.setdefault("_farm_loaded", {})
+    if path not in loaded:
+        session.upload(path, os.path.basename(path))
+        loaded[path] = session.load_module(os.path.basename(path))
+    return loaded[path]
+
+
+def checked_run_evaluator(reference: str, session: Any, rt_mod: Any, device: Any,
+                          evaluator_config: Any, repeated_args: list[Any]) -> list[float]:
+    """MetaSchedule's run evaluator (`runtime.RPCTimeEvaluator` on the phone), after the
+    output check against the reference kernel."""
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    check_against(session, reference, rt_mod, device, repeated_args[0])
+    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
