@@ -25,10 +25,10 @@ demo: venv examples/resnet.pt2
 
 # Debian packages some tests need: Chromium (the report is rendered in a real browser), the
 # compose client (docker-compose.yml is checked with it), and for the emulated arm64 phone,
-# qemu user mode, debootstrap and the aarch64 cross compiler; Prometheus (`farm up
+# qemu user mode and the aarch64 cross compiler (with its C library); Prometheus (`farm up
 # --prometheus-port` is checked scraping a real worker).
 SYSTEM_TOOLS = chromium:chromium docker-compose:docker-compose \
-	qemu-aarch64-static:qemu-user-static debootstrap:debootstrap \
+	qemu-aarch64-static:qemu-user-static \
 	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu \
 	prometheus:prometheus
 

@@ -15,6 +15,7 @@ when the worker process (which does hold the registry) applied the schedule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tvm.ir.utils import derived_object
@@ -43,7 +44,8 @@ def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
 @derived_object
 class WarmBuilder(PyBuilder):
     def __init__(self, max_workers: int = 1, timeout_s: float = 60.0, max_uses: int = 64,
-                 f_export: str | None = None, processes: Processes | None = None) -> None:
+                 f_export: Callable[[Any], str] | None = None,
+                 processes: Processes | None = None) -> None:
         """Builds `max_workers` candidates at once, on `processes` (shared with the round's
         runner: workers/procs.py) or on processes of its own."""
         super().__init__()

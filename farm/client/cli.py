@@ -155,8 +155,8 @@ def _lab_commands(sub: Any) -> None:
                          "--host; with 0.0.0.0, the address they reached the tracker from)")
     ph.add_argument("--log-dir", default="phones-logs")
     ph.add_argument("--arch", default="", choices=["", "arm64"],
-                    help="arm64: aarch64 TVM under qemu user mode (set up once in "
-                         "$FARM_HOME/arm64-sim; needs qemu-user-static, debootstrap, "
+                    help="arm64: a native aarch64 RPC server on TVM's runtime, under qemu user "
+                         "mode (made once in $FARM_HOME/arm64-sim; needs qemu-user-static, "
                          "g++-aarch64-linux-gnu)")
     ph.set_defaults(func=cmd_phones)
 

@@ -73,8 +73,7 @@ class FarmConfig:
     # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
-    arm64_root: Path | None = None  # the emulated arm64 phone's root (default: home/arm64-sim)
-    debian_mirror: str = "http://deb.debian.org/debian"  # where that root's packages come from
+    arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     config_file: Path | None = None  # the farm.toml read (a child process reads it too)
 
@@ -86,7 +85,7 @@ class FarmConfig:
 
     @property
     def arm64_dir(self) -> Path:
-        """Where the emulated arm64 phone's root is made, once (farm/devices/arm64sim.py)."""
+        """Where the emulated arm64 phone is made, once (farm/devices/arm64sim.py)."""
         return self.arm64_root if self.arm64_root is not None else self.home / "arm64-sim"
 
     @property
@@ -211,7 +210,6 @@ _ENV = {
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",
-    "debian_mirror": "FARM_DEBIAN_MIRROR",
 }
 
 

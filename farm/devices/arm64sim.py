@@ -1,24 +1,34 @@
-"""An emulated arm64 phone: a TVM RPC server running aarch64 code under qemu user mode.
+"""An emulated arm64 phone: TVM's runtime and a native RPC server, aarch64, under qemu.
 
-The set-up is made once and cached (in `$FARM_ARM64_ROOT`, default
-`$FARM_HOME/arm64-sim`): a Debian bookworm arm64 root with Python 3.11
-(debootstrap, unpacked without running anything arm64), and the aarch64 wheels of
-the pinned TVM and its runtime needs, installed by this machine's pip into
-`/opt/farm-py` of that root. `qemu-aarch64-static -L <root>` runs the root's Python
-with no chroot and no binfmt_misc. The farm cross-compiles every candidate with
-`aarch64-linux-gnu-g++` (profile `arm64-sim`: the same path an NDK profile takes)
-and the emulated phone only loads and runs the shared library.
+Nothing but what a real arm64 board or phone holds: `tvm_rpc` (farm/devices/native/
+tvm_rpc.cc, a C++ RPC server on TVM's runtime library only) beside the pinned TVM wheel's
+own aarch64 `libtvm_runtime.so` and `libtvm_ffi.so`. No Python, no compiler: the farm
+cross-compiles every candidate with `aarch64-linux-gnu-g++` (profile `arm64-sim`: the same
+path an NDK profile takes) and the phone only loads and runs the shared library.
+
+Made once and cached (in `$FARM_ARM64_ROOT`, default `$FARM_HOME/arm64-sim`): this
+machine's pip downloads the aarch64 wheels of the TVM and tvm-ffi installed here, the two
+libraries are taken out of them, and `tvm_rpc` is cross-compiled against the headers the
+installed wheels ship. `qemu-aarch64-static -L /usr/aarch64-linux-gnu` runs it (the C
+library of Debian's cross compiler): the same three files a user pushes to a board with
+`adb push` and starts with `LD_LIBRARY_PATH=. ./tvm_rpc --tracker HOST:PORT --key KEY`.
+
+Why not the runtime built from source: the wheels ship `tvm/src/runtime` but not the
+headers it includes (`src/support/*.h`, `include/tvm/support/*.h`, compiler-rt's
+`builtin_fp16.h`), and apache-tvm has no source distribution on PyPI; the wheel's own
+aarch64 runtime is TVM's runtime at the pinned version, built by TVM's release.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,20 +37,20 @@ from farm.core.errors import ServiceError
 log = logging.getLogger(__name__)
 
 QEMU = "qemu-aarch64-static"
-TOOLS = {QEMU: "qemu-user-static", "debootstrap": "debootstrap",
-         "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu"}
-SUITE = "bookworm"  # Debian 12: Python 3.11, like the pinned tvm-ffi wheel (cp311)
-DEBS = "python3.11-minimal,libpython3.11-stdlib"
-# the root's Python packages: TVM, its FFI and ml_dtypes at the versions installed here, which
-# pyproject.toml pins (ml_dtypes 0.7.0 took 14 s to import under qemu, 0.6.0 4 s)
-SAME_AS_HERE = ["apache-tvm", "apache-tvm-ffi", "ml_dtypes"]
-OTHERS = ["numpy", "typing_extensions", "psutil", "cloudpickle", "tornado"]
-SITE = "/opt/farm-py"  # inside the root
-STAMP = "ready-v1"
+CXX = "aarch64-linux-gnu-g++"
+SYSROOT = Path("/usr/aarch64-linux-gnu")  # Debian's libc6-arm64-cross (with the compiler)
+TOOLS = {QEMU: "qemu-user-static", CXX: "g++-aarch64-linux-gnu"}
+SOURCE = Path(__file__).with_name("native") / "tvm_rpc.cc"
+# what is taken out of each aarch64 wheel: (distribution, path in the wheel)
+LIBRARIES = (("apache-tvm", "tvm/lib/libtvm_runtime.so"),
+             ("apache-tvm-ffi", "tvm_ffi/lib/libtvm_ffi.so"))
 
 
 def missing_tools() -> list[str]:
-    return [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
+    missing = [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
+    if not (SYSROOT / "lib").is_dir() and "g++-aarch64-linux-gnu" not in missing:
+        missing.append("libc6-arm64-cross")
+    return missing
 
 
 def check_tools() -> None:
@@ -70,93 +80,79 @@ def _run(argv: list[str], what: str, log_file: Path) -> None:
                            hint=f"see {log_file}")
 
 
-def wheels() -> list[str]:
-    """What pip installs into the root: SAME_AS_HERE at this machine's versions, OTHERS."""
+def wanted() -> list[str]:
+    """The wheels the phone's libraries come from (those installed here) and its source."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in SAME_AS_HERE] + OTHERS
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return [f"{name}=={version(name)}" for name, _ in LIBRARIES] + [f"tvm_rpc.cc#{digest}"]
 
 
-def prepare(base: Path, mirror: str) -> Path:
-    """The arm64 root under `base` (made on first use from Debian's `mirror`, ~250 MB, a
-    minute or two); returns its path. A root made with other wheels (its stamp lists them)
-    gets these installed over them."""
+def prepare(base: Path) -> Path:
+    """The phone's folder under `base` (tvm_rpc and its two libraries), made on first use
+    (a ~100 MB download, a few seconds of compiling); returns the path of `tvm_rpc`."""
     check_tools()
-    root = base / "rootfs"
-    stamp, wanted = base / STAMP, wheels()
-    log_file = base / "setup.log"
+    phone, stamp, log_file = base / "phone", base / "ready-native-v1", base / "setup.log"
     with _locked(base / "setup.lock"):
-        if stamp.is_file():
-            if sorted(stamp.read_text().split()) == sorted(wanted):
-                _write_launcher(root)
-                return root
-            log.warning("arm64-sim: installing the pinned wheels into %s", root)
-        else:
-            log.warning("arm64-sim: making the emulated phone's arm64 root in %s (once)", base)
-            _debootstrap(root, mirror, log_file)
-        _install_wheels(root, wanted, log_file)
-        _check_root(root, base)
-        stamp.write_text("".join(f"{w}\n" for w in wanted))
-        return root
+        if stamp.is_file() and stamp.read_text().split() == wanted():
+            return phone / "tvm_rpc"
+        log.warning("arm64-sim: making the emulated arm64 phone in %s (once)", phone)
+        fresh = base / "phone.new"
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir(parents=True)
+        _libraries(base / "wheels", fresh, log_file)
+        _compile(fresh, log_file)
+        shutil.rmtree(phone, ignore_errors=True)
+        fresh.rename(phone)
+        _check(phone / "tvm_rpc", base)
+        stamp.write_text("\n".join(wanted()) + "\n")
+        return phone / "tvm_rpc"
 
 
-def _debootstrap(root: Path, mirror: str, log_file: Path) -> None:
-    if root.exists():
-        shutil.rmtree(root)
-    # --foreign: download and unpack, run nothing arm64 (no chroot, no binfmt_misc)
-    _run(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase",
-          f"--include={DEBS}", SUITE, str(root), mirror], "debootstrap of the arm64 root",
-         log_file)
-    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
-        _run(["dpkg-deb", "-x", str(deb), str(root)], f"unpacking {deb.name}", log_file)
-        deb.unlink()
-
-
-def _install_wheels(root: Path, wanted: list[str], log_file: Path) -> None:
-    """`wanted` into the root's SITE: into a new folder, then swapped in whole (pip's --target
-    over an older install leaves the older versions' metadata beside the new ones)."""
-    site, fresh = Path(f"{root}{SITE}"), Path(f"{root}{SITE}.new")
-    shutil.rmtree(fresh, ignore_errors=True)
-    _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(fresh),
+def _libraries(wheels: Path, into: Path, log_file: Path) -> None:
+    """TVM's aarch64 runtime and FFI libraries, out of the aarch64 wheels of the versions
+    installed here."""
+    shutil.rmtree(wheels, ignore_errors=True)
+    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(wheels),
           "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-          *wanted], "pip install of the aarch64 TVM wheels", log_file)
-    shutil.rmtree(site, ignore_errors=True)
-    fresh.rename(site)
+          *wanted()[:len(LIBRARIES)]], "pip download of the aarch64 TVM wheels", log_file)
+    for name, member in LIBRARIES:
+        prefix = name.replace("-", "_") + "-"
+        found = [w for w in wheels.glob("*.whl") if w.name.startswith(prefix)]
+        if not found:
+            raise ServiceError(f"no aarch64 wheel of {name} was downloaded", subject="arm64-sim",
+                               hint=f"see {log_file}")
+        with zipfile.ZipFile(found[0]) as whl:
+            (into / Path(member).name).write_bytes(whl.read(member))
+    shutil.rmtree(wheels, ignore_errors=True)  # ~100 MB, of which 5 MB are kept
 
 
-def _check_root(root: Path, base: Path) -> None:
-    _write_launcher(root)
-    check = subprocess.run(
-        [*python_argv(root), "-c", "import tvm, platform; print(platform.machine())"],
-        env={**os.environ, **phone_env(1)}, capture_output=True, text=True, timeout=600)
-    if check.stdout.strip() != "aarch64":
-        raise ServiceError(f"TVM does not import in the arm64 root: {check.stderr[-500:]}",
-                           subject=str(root), hint=f"delete {base} and try again")
+def _compile(into: Path, log_file: Path) -> None:
+    """tvm_rpc, cross-compiled against the headers of the wheels installed here (the same
+    versions as the libraries), finding its libraries beside itself."""
+    import tvm
+    import tvm_ffi
+
+    includes = [Path(tvm_ffi.__file__).parent / "include", Path(tvm.__file__).parent / "include"]
+    _run([shutil.which(CXX) or CXX, "-std=c++17", "-O2", *(f"-I{i}" for i in includes),
+          str(SOURCE), f"-L{into}", "-ltvm_runtime", "-ltvm_ffi", "-Wl,-rpath,$ORIGIN",
+          "-o", str(into / "tvm_rpc")], "cross-compiling tvm_rpc", log_file)
 
 
-def _launcher(root: Path) -> Path:
-    return root / "usr/bin/python3.11-qemu"
+def _check(binary: Path, base: Path) -> None:
+    """It runs under qemu and finds its libraries (its usage, exit 2)."""
+    check = subprocess.run([*phone_argv(binary), "--help"], capture_output=True, text=True,
+                           timeout=120)
+    if check.returncode != 2 or "usage: tvm_rpc" not in check.stderr:
+        raise ServiceError(f"the emulated arm64 phone does not start: {check.stderr[-500:]}",
+                           subject=str(binary), hint=f"delete {base} and try again")
 
 
-def _write_launcher(root: Path) -> None:
-    """A host shell script that runs the root's Python under qemu. It is also the emulated
-    Python's sys.executable (qemu -0), so that the processes TVM starts from it (the RPC
-    server's popen workers) run under qemu too: without binfmt_misc the kernel cannot exec
-    an aarch64 binary."""
-    qemu = shutil.which(QEMU)
-    path = _launcher(root)
-    text = (f"#!/bin/sh\nexec {qemu} -L {root} -0 {path} {root / 'usr/bin/python3.11'} "
-            f'"$@"\n')
-    if not path.is_file() or path.read_text() != text:
-        path.write_text(text)
-        path.chmod(0o755)
-
-
-def python_argv(root: Path) -> list[str]:
-    return [str(_launcher(root))]
+def phone_argv(binary: Path) -> list[str]:
+    """The command that runs the phone's `tvm_rpc` (arguments follow)."""
+    return [shutil.which(QEMU) or QEMU, "-L", str(SYSROOT), str(binary)]
 
 
 def phone_env(threads: int) -> dict[str, str]:
-    return {"PYTHONPATH": SITE, "PYTHONNOUSERSITE": "1", "TVM_NUM_THREADS": str(threads),
-            "OMP_NUM_THREADS": str(threads)}
+    return {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}

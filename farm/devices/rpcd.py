@@ -1,7 +1,7 @@
 """TVM's RPC tracker and RPC server, run in this process.
 
     python -m farm.devices.rpcd tracker --host 127.0.0.1 --port 9190 [--port-end 9191]
-    python farm/devices/rpcd.py phone --tracker-host H --tracker-port P --key KEY --host H
+    python -m farm.devices.rpcd phone --tracker-host H --tracker-port P --key KEY --host H
                                       --port P [--port-end E] [--custom-addr ADDR]
 
 `python -m tvm.exec.rpc_tracker` and `python -m tvm.exec.rpc_server` import TVM, then start a
@@ -13,8 +13,8 @@ starts three of them and a lab host one per phone. Here the same server objects 
 PopenWorker runs (`PopenTrackerServerState`, `PopenRPCServerState`: TVM 0.27's internals,
 covered by every test that starts a farm) run in this process, and it waits on their thread.
 A measurement session is still forked from the phone process by TVM (multiprocessing), as
-before. It imports only TVM and the standard library, so the emulated arm64 phone runs this
-file by its path under qemu (farm/local/services.py), where the farm is not installed.
+before. A phone here loads TVM's runtime library only (`runtime_only`), as a real phone's RPC
+app does; the emulated arm64 phone is a native server (farm/devices/native/tvm_rpc.cc).
 """
 
 from __future__ import annotations
@@ -107,8 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="what", required=True)
     t = sub.add_parser("tracker")
     ph = sub.add_parser("phone")
-    # the tracker's address comes parsed (farm.devices.tracker.parse_addr, in the caller: the
-    # farm is not importable where this file runs under qemu)
     ph.add_argument("--tracker-host", required=True)
     ph.add_argument("--tracker-port", type=int, required=True)
     ph.add_argument("--key", required=True)

@@ -230,8 +230,8 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
     """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
     under `key` with the address workers connect to: `advertise`, else `host` (see
     farm.devices.phone.advertised_address; raises UsageError for one no worker could reach). With
-    arch "arm64" it runs aarch64 TVM under qemu (farm/devices/arm64sim.py; set up once in the
-    config's arm64_dir).
+    arch "arm64" it is a native aarch64 RPC server on TVM's runtime under qemu
+    (farm/devices/arm64sim.py; made once in the config's arm64_dir).
     With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py).
     With `port`, it listens there (a restarted phone keeps its address, so its accounting does)
     unless that port stays taken for 5 s; else on a free port."""
@@ -242,32 +242,24 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
     # a phone holds TVM's runtime only (farm/devices/rpcd.py: runtime_only)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
            "TVM_USE_RUNTIME_LIB": "1"}
-    python = [sys.executable]
-    if arch == "arm64":
-        from farm.devices import arm64sim
-
-        config = config if config is not None else load_config()
-        python = arm64sim.python_argv(arm64sim.prepare(config.arm64_dir, config.debian_mirror))
-        env = arm64sim.phone_env(threads)
-    elif arch:
+    if arch and arch != "arm64":
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
     if arch:
         if delay_s > 0:
             raise UsageError("phone_delay_s is for emulated phones of this machine's "
                              "architecture", subject=f"arch {arch}")
-        from farm.devices import rpcd  # run by its path: the farm is not installed under qemu
-        from farm.devices.tracker import parse_addr
+        from farm.devices import arm64sim
 
-        tracker_host, tracker_port = parse_addr(tracker)
+        config = config if config is not None else load_config()
+        binary = arm64sim.prepare(config.arm64_dir)  # a native RPC server, no Python
         return start(f"phone-{key}-{index}",
-                     [*python, rpcd.__file__, "phone", "--tracker-host", tracker_host,
-                      "--tracker-port", str(tracker_port), "--key", key,
+                     [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
-                     log_dir, env)
+                     log_dir, arm64sim.phone_env(threads))
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
-                 [*python, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
+                 [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1),
                   "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),

@@ -207,3 +207,15 @@ def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
         older.result(timeout=120)
         younger.result(timeout=120)
     assert order == ["older"] * 6 + ["younger"] * 6, order
+
+
+def test_an_emulated_phone_holds_tvms_runtime_only(tracker, tmp_path):
+    """Like a real phone's RPC app: TVM's runtime library is loaded, its compiler is not (a
+    candidate must come linked: workers link it, farm/devices/cross.py)."""
+    phone = services.start_phone(tracker, "runtime-only", 0, tmp_path)
+    try:
+        wait_for_phones(tracker, "runtime-only", 1, 60)
+        maps = Path(f"/proc/{phone.pid}/maps").read_text()
+        assert "libtvm_runtime.so" in maps and "libtvm_compiler.so" not in maps
+    finally:
+        phone.stop()
