@@ -31,11 +31,9 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     store.ping()
     found = tracker_mod.phones(tracker)  # raises with the address and how to check it
     explicit_keys = bool(keys)
+    if not explicit_keys:  # a lab's phones come and go: wait for the first, do not give up
+        found = first_phones(tracker, found)
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
-    if not keys:
-        raise ServiceError("the tracker has no phones registered, so this host has no device key "
-                           "to serve", subject=f"tracker {tracker}",
-                           hint="start phones (`farm phones --key K --tracker ADDR`) or pass --keys")
     gated = config.worker_concurrency == 0
     config = _concurrency(config, found, keys)
     from workers.app import build_app
@@ -79,6 +77,28 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         if gate_dir:
             shutil.rmtree(gate_dir, ignore_errors=True)
     return 0
+
+
+def first_phones(tracker: str, found: dict, poll_s: float = 2.0,
+                 say_every_s: float = 60.0) -> dict:
+    """The tracker's phones once at least one has registered (a host's phones reboot, its USB
+    hub resets, the worker starts first): says so meanwhile, every `say_every_s`. A tracker
+    that goes away raises (tracker_mod.phones says where and how to check)."""
+    said = -say_every_s
+    t0 = time.monotonic()
+    while not any(v.total > 0 for v in found.values()):
+        if time.monotonic() - said >= say_every_s:
+            said = time.monotonic()
+            log.warning("worker: no phone registered at tracker %s yet (%.0f s): waiting for "
+                        "phones (`farm phones --key K --tracker %s`, or a phone's RPC app "
+                        "pointed at it); --keys K starts serving K without waiting", tracker,
+                        said - t0, tracker)
+        time.sleep(poll_s)
+        found = tracker_mod.phones(tracker)
+    if time.monotonic() - t0 > poll_s:
+        log.warning("worker: phones registered at tracker %s: keys %s", tracker,
+                    ", ".join(sorted(k for k, v in found.items() if v.total > 0)))
+    return found
 
 
 def _preload() -> None:
