@@ -54,7 +54,7 @@ def config_env(config: FarmConfig) -> dict[str, str]:
     return env
 
 
-_OURS = ("tvm.exec", "farm.devices.phone", "rpcd", "redis-server", "-m farm ", "celery")
+_OURS = ("tvm.exec", "farm.devices.phone", "rpcd", "tvm_rpc", "redis-server", "-m farm ", "celery")
 
 
 def reap_orphans(home: Path) -> list[int]:
