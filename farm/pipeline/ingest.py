@@ -10,12 +10,12 @@ The only module that imports torch. Formats:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
 import statistics
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from farm.core.errors import ExtractError, IngestError, UsageError
+from farm.pipeline.archive import PICKLE_HINT, PICKLE_REFUSED, sniff_format, tensors_only
 from farm.pipeline.rewrite import alias_overloads, promote_types, training_ops
 
 log = logging.getLogger(__name__)
@@ -98,52 +99,6 @@ def check_inputs(shapes: list[tuple[int, ...]] | None, dtype: str) -> None:
         raise UsageError(f"--input-shape {shown} makes {nbytes / 2**30:,.1f} GiB of {dtype} "
                          f"inputs; the limit is {MAX_INPUT_BYTES / 2**30:.0f} GiB",
                          hint="tune at the shape the model is deployed with")
-
-
-def check_model(path: Path, shapes: list[tuple[int, ...]] | None, allow_pickle: bool) -> str:
-    """What can be said of the model file without torch (it is never unpickled here):
-    it is a torch file, and the flags its format needs are given. Returns the format."""
-    fmt = sniff_format(path)
-    if fmt != "torch.export" and shapes is None:
-        raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
-                         subject=str(path))
-    if fmt == "pickle" and not allow_pickle:
-        raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
-    return fmt
-
-
-PICKLE_REFUSED = "this is a pickled nn.Module; loading it runs code from the file"
-PICKLE_HINT = "pass --allow-pickle if you trust it, or submit a torch.export .pt2"
-
-
-def sniff_format(path: Path) -> str:
-    """Which kind of torch file this is, from its archive entries (never unpickling it)."""
-    if not path.exists():
-        raise IngestError("no such file", subject=str(path))
-    if path.is_dir():
-        raise IngestError("is a directory, not a model file", subject=str(path))
-    if path.stat().st_size == 0:
-        raise IngestError("the file is empty", subject=str(path))
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            bad = zf.testzip()
-    except zipfile.BadZipFile as e:
-        raise IngestError(
-            "not a model: not a torch archive (truncated or not made by torch.export.save, "
-            "torch.jit.save or torch.save)", subject=str(path)) from e
-    except (OSError, EOFError, zipfile.LargeZipFile) as e:
-        raise IngestError(f"cannot read the archive (truncated or corrupt?): {e}",
-                          subject=str(path)) from e
-    if bad is not None:
-        raise IngestError(f"corrupt archive: entry {bad} fails its CRC check", subject=str(path))
-    if any(n.endswith("archive_format") for n in names) or any("/models/" in n for n in names):
-        return "torch.export"
-    if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
-        return "torchscript"
-    if any(n.endswith("data.pkl") for n in names):
-        return "pickle"
-    raise IngestError("not a model: a zip file, but not one torch wrote", subject=str(path))
 
 
 def _make_inputs(shapes: list[tuple[int, ...]], dtype: str, seed: int = 0) -> list[np.ndarray]:
@@ -229,7 +184,7 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
                          dtype: str, allow_pickle: bool) -> tuple[Any, tuple]:
     """The model as a torch.export program, and example inputs of its shapes."""
     if fmt == "torch.export":
-        return _from_export(torch, path, shapes)
+        return _from_export(torch, path, shapes, allow_pickle)
     if shapes is None:
         raise UsageError(f"a {fmt} model needs --input-shape (e.g. --input-shape 1,3,224,224)",
                          subject=str(path))
@@ -241,10 +196,13 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
     return _from_pickle(torch, path, args, allow_pickle), args
 
 
-def _from_export(torch: Any, path: Path,
-                 shapes: list[tuple[int, ...]] | None) -> tuple[Any, tuple]:
+def _from_export(torch: Any, path: Path, shapes: list[tuple[int, ...]] | None,
+                 allow_pickle: bool) -> tuple[Any, tuple]:
     try:
-        ep = torch.export.load(str(path))
+        with contextlib.nullcontext() if allow_pickle else tensors_only(torch, path):
+            ep = torch.export.load(str(path))
+    except UsageError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise IngestError(f"torch.export.load failed (truncated or corrupt?): {_first_line(e)}",
                           subject=str(path)) from e

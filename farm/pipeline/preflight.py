@@ -16,6 +16,7 @@ from farm.core.errors import ServiceError, UsageError
 from farm.core.messages import PRIORITIES
 from farm.core.profiles import canonical_target, known_keys, resolve_profile
 from farm.pipeline import ingest as ingest_stage
+from farm.pipeline.archive import check_model
 from farm.pipeline.options import SubmitOptions
 from farm.store import RecordStore, open_store
 
@@ -105,7 +106,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
     ingest_stage.check_inputs(shapes, opts.dtype)
     check_out_dir(opts.out, opts.force)
     check_out_writable(opts.out, [opts.model, Path(config.home)])
-    ingest_stage.check_model(opts.model, shapes, opts.allow_pickle)
+    check_model(opts.model, shapes, opts.allow_pickle)
     lab = bool(config.broker_url)
     # the embedded farm emulates phones of any key it is told, so a mistyped key would tune
     # for this CPU: refused. A lab farm's hosts say which keys exist (checked below).
