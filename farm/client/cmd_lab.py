@@ -27,9 +27,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_tracker(args: argparse.Namespace) -> int:
+    from farm.local.services import plain_env
+
     os.execve(sys.executable, [sys.executable, "-m", "farm.devices.rpcd", "tracker", "--verbose",
                                "--host", args.host, "--port", str(args.port)],
-              without_torch(dict(os.environ)))
+              without_torch(plain_env()))  # a tracker holds no secret of the farm
     return 0  # pragma: no cover
 
 

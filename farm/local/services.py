@@ -135,13 +135,26 @@ def _die_with_parent() -> None:
         pass
 
 
+# What a process that holds no secret inherits (phones, trackers: anyone who reaches a phone's
+# port runs code in it, and a tracker answers whoever asks): where programs and Python live,
+# the locale, the temp folder. Not the farm's passwords, broker URLs nor anything else.
+PLAIN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+             "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHASHSEED")
+
+
+def plain_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment reduced to PLAIN_ENV, with `extra` (no FARM_* secret)."""
+    return {**{k: v for k, v in os.environ.items() if k in PLAIN_ENV}, **(extra or {})}
+
+
 def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
-          die_with_parent: bool = True) -> Service:
+          die_with_parent: bool = True, inherit: bool = True) -> Service:
     """Start one service. None of the farm's services reads a model, so none imports torch
-    (farm/devices/lean.py), nor do the processes they start."""
+    (farm/devices/lean.py), nor do the processes they start. With `inherit` False it gets
+    only `plain_env` and `env`: the phones and trackers, which hold no secret."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
-    env = without_torch({**os.environ, **(env or {})})
+    env = without_torch({**os.environ, **(env or {})} if inherit else plain_env(env))
     fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     try:
         popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -218,7 +231,8 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
 def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:
     port = port or free_port(host)
     svc = start("tracker", [sys.executable, "-m", "farm.devices.rpcd", "tracker", "--host", host,
-                            "--port", str(port), "--port-end", str(port + 1)], log_dir)
+                            "--port", str(port), "--port-end", str(port + 1)], log_dir,
+                inherit=False)
     wait_port(host, port, 60, svc)
     return svc, f"{host}:{port}"
 
@@ -256,7 +270,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
                      [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
-                     log_dir, arm64sim.phone_env(threads))
+                     log_dir, arm64sim.phone_env(threads), inherit=False)
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
@@ -264,7 +278,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
                   "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
                   *(["--advertise", addr] if addr else [])],
-                 log_dir, env)
+                 log_dir, env, inherit=False)
 
 
 @functools.cache

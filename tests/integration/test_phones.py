@@ -219,3 +219,24 @@ def test_an_emulated_phone_holds_tvms_runtime_only(tracker, tmp_path):
         assert "libtvm_runtime.so" in maps and "libtvm_compiler.so" not in maps
     finally:
         phone.stop()
+
+
+def test_phones_and_trackers_hold_no_secret_of_the_farm(tmp_path, monkeypatch):
+    """Anyone who reaches a phone's port runs code in it (it loads what a session uploads): the
+    farm's passwords and broker URLs never reach a phone's or a tracker's environment."""
+    secret = "s3cr3t-pw"
+    monkeypatch.setenv("FARM_REDIS_PASSWORD", secret)
+    monkeypatch.setenv("FARM_BROKER_URL", f"redis://:{secret}@127.0.0.1:6399/0")
+    monkeypatch.setenv("FARM_FLOWER_AUTH", f"lab:{secret}")
+    group = services.ServiceGroup()
+    try:
+        svc, addr = services.start_tracker(tmp_path)
+        group.add(svc)
+        phone = group.add(services.start_phone(addr, "no-secret", 0, tmp_path))
+        wait_for_phones(addr, "no-secret", 1, 60)
+        for pid in (svc.pid, phone.pid):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert secret.encode() not in environ and b"FARM_" not in environ, pid
+            assert b"TVM_USE_RUNTIME_LIB=1" in environ or pid == svc.pid
+    finally:
+        group.stop()
