@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
-from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.database import Workload
 
 from farm.core import keys
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord
 from farm.store.learned import model_key
 from farm.store.store import FAILED_RUN_SECS
+from workers.database import tuning_record
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dic
     cands, names = [], []
     for rec in recs:
         try:
-            cands.append(TuningRecord.from_json(rec.record, workload).as_measure_candidate())
+            cands.append(tuning_record(rec, workload).as_measure_candidate())
             names.append(rec.candidate)
         except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
             log.warning("workload %s: record %s has no features: %s", task.workload_key,
@@ -318,7 +319,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
     candidates, results = [], []
     for rec in learnable(store.records(workload_key))[:PRETRAIN_LIMIT]:
         try:
-            cand = TuningRecord.from_json(rec.record, workload).as_measure_candidate()
+            cand = tuning_record(rec, workload).as_measure_candidate()
         except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
             log.warning("workload %s: record %s not usable for the cost model: %s",
                         workload_key, rec.candidate, e)

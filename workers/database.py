@@ -14,9 +14,20 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from farm.store import RecordStore
+from farm.core.traces import trace_problem
+from farm.store import RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)
+
+
+def tuning_record(rec: StoredRecord, workload: Workload) -> TuningRecord:
+    """A stored record as MetaSchedule's TuningRecord, to be replayed and built. ValueError
+    when its trace holds what MetaSchedule's search never writes (farm/core/traces.py): the
+    store can be written by others, so it is checked here, before any build."""
+    problem = trace_problem(rec.record)
+    if problem is not None:
+        raise ValueError(f"refused, never built: {problem}")
+    return TuningRecord.from_json(rec.record, workload)
 
 
 @derived_object
@@ -46,7 +57,7 @@ class StoreDatabase(PyDatabase):
         out = []
         for rec in valid[:top_k]:
             try:
-                out.append(TuningRecord.from_json(rec.record, self.workload))
+                out.append(tuning_record(rec, self.workload))
             except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
                 log.warning("workload %s: record %s unreadable, skipped: %s",
                             self.workload_key, rec.candidate, e)
@@ -56,7 +67,7 @@ class StoreDatabase(PyDatabase):
         out = []
         for rec in self.store.records(self.workload_key):
             try:
-                out.append(TuningRecord.from_json(rec.record, self.workload))
+                out.append(tuning_record(rec, self.workload))
             except Exception as e:  # noqa: BLE001
                 log.warning("workload %s: record %s unreadable, skipped: %s",
                             self.workload_key, rec.candidate, e)

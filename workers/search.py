@@ -43,6 +43,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStra
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.store import FAILED_RUN_SECS
+from workers.database import tuning_record
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
@@ -223,7 +224,7 @@ class StoreAwareSearch(PySearchStrategy):
         out = []
         for rec in self.verify:
             try:
-                out.append(TuningRecord.from_json(rec.record, self.workload)
+                out.append(tuning_record(rec, self.workload)
                            .as_measure_candidate())
             except Exception as e:  # noqa: BLE001 - a record that does not apply is skipped
                 log.warning("workload %s: stored record %s cannot be measured again: %s",

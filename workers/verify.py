@@ -31,8 +31,10 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
     drift (measured / stored - 1), or the error that kept it from running."""
     import tvm
     from tvm.s_tir.meta_schedule.builder import BuilderInput
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import Workload
     from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from workers.database import tuning_record
 
     phones = tracker_mod.phones(tracker).get(profile.key)
     if phones is None or phones.total == 0:
@@ -50,7 +52,7 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
             continue
         workload = Workload(load_mod(task))
         try:
-            cand = TuningRecord.from_json(best.record, workload).as_measure_candidate()
+            cand = tuning_record(best, workload).as_measure_candidate()
         except Exception as e:  # noqa: BLE001 - reported in its row
             picked.append((wk, task, best, None, f"unreadable: {e}"))
             continue

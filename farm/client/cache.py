@@ -19,6 +19,7 @@ from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.failures import brief
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
+from farm.core.traces import trace_problem
 from farm.pipeline.blocknames import canonical_module, translation
 from farm.pipeline.extract import load_mod, workload_key
 from farm.pipeline.finalize import write_best_log
@@ -210,6 +211,10 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             report.refuse("its workload is missing or unreadable", where)
             continue
         wl, wk = found
+        problem = trace_problem(row[1])
+        if problem is not None:
+            report.refuse(f"its trace is not MetaSchedule's: {problem}", where)
+            continue
         try:
             rec = TuningRecord.from_json(row[1], wl)
             rec.as_measure_candidate()  # the trace applies to the workload

@@ -20,6 +20,7 @@ from typing import Any
 from farm.core.errors import StoreError, last_line
 from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
+from farm.core.traces import trace_problem
 from farm.pipeline.blocknames import translate
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, StoredRecord, TaskState
@@ -138,6 +139,9 @@ def _commit(db: Any, store: RecordStore, task: TuneTask, best: StoredRecord) -> 
     (the same operator can carry other block names in another model) and committed."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
+    problem = trace_problem(best.record)  # the store can be written by others
+    if problem is not None:
+        raise ValueError(f"refused, never built: {problem}")
     mod = load_mod(task)
     tuned_on = store.get_workload(task.workload_key)
     record = best.record if tuned_on is None else translate(best.record, load_mod(tuned_on), mod)
