@@ -132,7 +132,9 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             return {"skipped": "stale"}
         done = True
     finally:
-        fence.exit(done)
+        finished = fence.exit(done)
+    if not finished:  # fenced out: the copy that holds the round moves the job on
+        return {"skipped": "fenced out"}
     continue_job(_PROCESS["app"], store, req, result)
     if result.handed_off:  # stay busy a moment: the idle host, not this one, takes the rest
         time.sleep(HOLD_S)

@@ -6,7 +6,8 @@ supervisor sends again), measurement must be at-most-once. Every copy of a round
 shares the round's logical id (`RoundRequest.logical_id`); before it measures, a copy
 takes the round's lease in the store (atomic SET-if-free, see farm/store/lease.lua):
 
-- the round is done (`mark_round_done`): the copy does not run;
+- the round is done (`finish_round`, written by the lease's holder only): the copy does
+  not run;
 - another live copy holds the lease: the copy does not run;
 - the holder was a process of this machine that is gone (its pool child was killed):
   the copy takes the lease over and runs;
@@ -143,19 +144,25 @@ class RoundFence:
                 return
             last_ok = time.monotonic()
 
-    def exit(self, done: bool) -> None:
-        """Stop renewing; count the end; with `done`, no copy of the round runs again.
-        Best effort: the store may be down (the lease then expires by itself)."""
+    def exit(self, done: bool) -> bool:
+        """Stop renewing; count the end; with `done`, no copy of the round runs again. Returns
+        True when this copy, still the holder of the fence, marked the round done: only then
+        may it move the job on (its next round, the task's state). Best effort: the store may
+        be down (the lease then expires by itself, and the supervisor sends the round again)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        logical = self.req.logical_id
-        for step in ((lambda: self.store.mark_round_done(logical)) if done else None,
-                     lambda: self.store.round_ended(logical),
-                     lambda: self.store.release_round(logical, self.owner)):
-            if step is None:
-                continue
-            try:
-                step()
-            except Exception as e:  # noqa: BLE001 - see the docstring
-                log.warning("round %s: fence write failed (ignored): %s", self.req.round_id, e)
+        logical, finished = self.req.logical_id, False
+        try:
+            self.store.round_ended(logical)
+            if done:
+                finished = self.store.finish_round(logical, self.owner)
+                if not finished:
+                    log.warning("round %s: another copy holds it now (%s): this copy's records "
+                                "are kept, the job goes on from that copy", self.req.round_id,
+                                self.store.round_holder(logical))
+            else:
+                self.store.release_round(logical, self.owner)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            log.warning("round %s: fence write failed (ignored): %s", self.req.round_id, e)
+        return finished

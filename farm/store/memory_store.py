@@ -253,8 +253,14 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
     def round_holder(self, logical_id: str) -> str | None:
         return self._holder(f"round:{logical_id}")
 
-    def mark_round_done(self, logical_id: str) -> None:
-        self._flags[f"done:{logical_id}"] = None
+    def finish_round(self, logical_id: str, owner: str) -> bool:
+        with self._lock:
+            holder = self._holder(f"round:{logical_id}")
+            if holder is not None and holder != owner:
+                return False
+            self._flags[f"done:{logical_id}"] = None
+            self._leases.pop(f"round:{logical_id}", None)
+            return True
 
     def round_is_done(self, logical_id: str) -> bool:
         return f"done:{logical_id}" in self._flags

@@ -35,6 +35,7 @@ _KEEP_BEST = _BEST + _lua("keep_best.lua")
 _REMOVE = _BEST + _lua("remove_records.lua")
 _RELEASE_LEASE = _lua("release_lease.lua")
 _LEASE = _lua("lease.lua")
+_FINISH_ROUND = _lua("finish_round.lua")
 
 
 def redact(url: str) -> str:
@@ -54,6 +55,7 @@ class RedisStore(RecordStore, RedisPhoneLedger):
         self._script: Any = None
         self._lease: Any = None
         self._release: Any = None
+        self._finish: Any = None
         self._remove: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -74,6 +76,7 @@ class RedisStore(RecordStore, RedisPhoneLedger):
             self._script = client.register_script(_KEEP_BEST)
             self._lease = client.register_script(_LEASE)
             self._release = client.register_script(_RELEASE_LEASE)
+            self._finish = client.register_script(_FINISH_ROUND)
             self._remove = client.register_script(_REMOVE)
             # published last: another thread that sees the client finds its scripts too
             self._client = client
@@ -297,8 +300,10 @@ class RedisStore(RecordStore, RedisPhoneLedger):
     def round_holder(self, logical_id: str) -> str | None:
         return self.r.get(keys.round_lease(logical_id))
 
-    def mark_round_done(self, logical_id: str) -> None:
-        self.r.set(keys.round_done(logical_id), str(time.time()), ex=keys.JOB_TTL_S)
+    def finish_round(self, logical_id: str, owner: str) -> bool:
+        self.r  # noqa: B018 - make sure the scripts are registered
+        return bool(self._finish(keys=[keys.round_lease(logical_id), keys.round_done(logical_id)],
+                                 args=[owner, str(time.time()), keys.JOB_TTL_S]))
 
     def round_is_done(self, logical_id: str) -> bool:
         return bool(self.r.exists(keys.round_done(logical_id)))

@@ -301,8 +301,10 @@ class RecordStore(LearnedStore, PhoneLedger, ABC):
         """Who runs the round now (its lease), or None."""
 
     @abstractmethod
-    def mark_round_done(self, logical_id: str) -> None:
-        """The round ran to its end: no later copy of it runs."""
+    def finish_round(self, logical_id: str, owner: str) -> bool:
+        """The round ran to its end: no later copy of it runs. Only `owner` holding its lease
+        (or nobody) may say so, and the lease is released in the same atomic step; False
+        when another copy holds it (this copy's result must not move the job on)."""
 
     @abstractmethod
     def round_is_done(self, logical_id: str) -> bool: ...

@@ -176,8 +176,12 @@ def test_a_round_runs_as_one_copy_and_never_after_it_is_done(store):
     time.sleep(0.3)
     assert store.acquire_round("short", "b", ttl_s=30) is None  # a dead holder's lease expired
     assert not store.round_is_done("r")
-    store.mark_round_done("r")
-    assert store.round_is_done("r")
+    assert store.acquire_round("r", "copy3", ttl_s=30) is None
+    assert not store.finish_round("r", "copy2")  # fenced out: copy3 holds it now
+    assert not store.round_is_done("r") and store.round_holder("r") == "copy3"
+    assert store.finish_round("r", "copy3")  # the holder: done, and its lease released
+    assert store.round_is_done("r") and store.round_holder("r") is None
+    assert store.finish_round("free", "anyone")  # no holder (its lease expired): done
 
 
 def test_starts_that_never_ended_are_counted(store):

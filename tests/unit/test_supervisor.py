@@ -124,3 +124,19 @@ def test_a_round_whose_process_keeps_dying_is_poisoned():
     last = RoundFence(store, req("p"), "node", ttl_s=30)
     assert last.enter() == "run" and last.poisoned and last.crashes == POISON_AFTER
     last.exit(done=True)
+
+
+def test_a_copy_that_lost_its_fence_cannot_mark_the_round_done():
+    """A copy whose lease expired (its host stalled) while a new copy took the round: when
+    the stalled copy ends, it neither marks the round done nor moves the job on."""
+    store = open_store("memory://")
+    stalled = RoundFence(store, req("f"), "node1", ttl_s=0.2)
+    assert stalled.enter() == "run"
+    stalled._stop.set()  # it stalls: no renewal
+    time.sleep(0.3)
+    taker = RoundFence(store, req("f", attempt=1), "node2", ttl_s=30)
+    assert taker.enter() == "run"
+    assert stalled.exit(done=True) is False  # fenced out (its caller does not continue_job)
+    assert not store.round_is_done(req("f").logical_id)
+    assert taker.exit(done=True) is True
+    assert store.round_is_done(req("f").logical_id)
