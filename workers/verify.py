@@ -18,6 +18,7 @@ from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore
+from workers.database import tuning_record
 from workers.measure import WorkerContext
 from workers.runner import classify_run_error
 
@@ -33,8 +34,6 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.database import Workload
     from tvm.s_tir.meta_schedule.runner import RunnerInput
-
-    from workers.database import tuning_record
 
     phones = tracker_mod.phones(tracker).get(profile.key)
     if phones is None or phones.total == 0:

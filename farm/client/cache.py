@@ -203,18 +203,11 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     renames: dict[int, Any] = {}  # workload line -> its records' translation to that module
     for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
         where = f"database_tuning_record.json:{n}"
-        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
-            report.refuse("not a [workload index, record] pair", where)
-            continue
-        found = workloads.get(row[0])
+        found, why = _row_problem(row, workloads)
         if found is None:
-            report.refuse("its workload is missing or unreadable", where)
+            report.refuse(why, where)
             continue
         wl, wk = found
-        problem = trace_problem(row[1])
-        if problem is not None:
-            report.refuse(f"its trace is not MetaSchedule's: {problem}", where)
-            continue
         try:
             rec = TuningRecord.from_json(row[1], wl)
             rec.as_measure_candidate()  # the trace applies to the workload
@@ -243,6 +236,20 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             report.known += 1
     report.workloads = len(filed)
     return report
+
+
+def _row_problem(row: Any, workloads: dict[int, Any]) -> tuple[Any, str]:
+    """(the row's workload and its key, "") or (None, why the row is refused): a pair of a
+    workload index that was read and a record whose trace is MetaSchedule's own."""
+    if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
+        return None, "not a [workload index, record] pair"
+    found = workloads.get(row[0])
+    if found is None:
+        return None, "its workload is missing or unreadable"
+    problem = trace_problem(row[1])
+    if problem is not None:
+        return None, f"its trace is not MetaSchedule's: {problem}"
+    return found, ""
 
 
 def _to_stored(store: RecordStore, filed: dict[str, Any], renames: dict[int, Any], index: int,
