@@ -47,13 +47,20 @@ class RoundStopped(TuneError):
 
 
 def machine() -> str:
-    """This machine as its processes see it: the host name and the PID namespace (two
-    containers may share a host name, never a PID namespace)."""
+    """This machine as its processes see it: the host name (to read), the kernel's boot id
+    and the PID namespace. Two lab machines cloned from one disk share a host name, even a
+    /etc/machine-id, and every first PID namespace has the same inode; they never share a
+    boot id. Two containers of one machine share the boot id, never a PID namespace."""
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         ns = 0
-    return f"{socket.gethostname()}~{ns}"
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip().replace("-", "")[:12]
+    except OSError:
+        boot = "noboot"
+    return f"{socket.gethostname()}~{boot}~{ns}"
 
 
 def owner_of(req: RoundRequest, node: str) -> str:

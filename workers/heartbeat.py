@@ -20,6 +20,7 @@ from farm.devices.hostcpu import system_cpu
 from farm.pipeline.dispatch import queue_for
 from farm.store import RecordStore
 from farm.store.hosts import HostBeat
+from workers.fence import machine
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ class Heartbeat(threading.Thread):
             name=self.node, tracker=self.tracker, phones=phones, queues=sorted(self.queues),
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
             cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()},
-            rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {}),
+            rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {},
+            machine=machine()),
             ttl_s=self.ttl_s)
 
     def _count_work(self, found: dict[str, tracker_mod.KeyInfo]) -> None:

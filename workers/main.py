@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -9,6 +10,7 @@ import socket
 import tempfile
 import time
 from dataclasses import replace
+from typing import Any
 
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
@@ -44,7 +46,9 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
         _preload()
-    name = hostname or f"farm@{socket.gethostname()}"
+    name = hostname or default_name()
+    if hostname:
+        check_name_free(store, name, config.host_ttl_s)
     gate_dir = tempfile.mkdtemp(prefix="farm-gate-") if gated else None  # its pool's slots
     app = build_app(config, tracker, name, gate_dir=gate_dir)
     queues = {queue_for(k) for k in keys}
@@ -77,6 +81,44 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         if gate_dir:
             shutil.rmtree(gate_dir, ignore_errors=True)
     return 0
+
+
+def default_name() -> str:
+    """This start's node name: the host name to read, and an id of this machine, process and
+    start (a host name alone is shared by cloned machines and `compose --scale` replicas:
+    their heartbeats overwrote each other and both led the farm)."""
+    from workers.fence import machine
+
+    start = hashlib.sha1(f"{machine()}|{os.getpid()}|{time.time_ns()}".encode()).hexdigest()
+    return f"farm@{socket.gethostname()}-{start[:6]}"
+
+
+def check_name_free(store: Any, name: str, ttl_s: float) -> None:
+    """A name given with --hostname that a live worker of another machine or process holds is
+    refused: two hosts of one name are one host to the farm. A heartbeat left by a process of
+    this machine that is gone (a restart) frees the name at once; one from elsewhere is
+    watched for up to a heartbeat's time to live: a live host beats again, a dead one's beat
+    expires."""
+    import psutil
+
+    from workers.fence import machine
+
+    deadline, first = time.monotonic() + ttl_s + 2, None
+    while True:
+        beat = next((b for b in store.hosts() if b.name == name), None)
+        if beat is None or (beat.machine, beat.pid) == (machine(), os.getpid()):
+            return
+        if beat.machine == machine() and not psutil.pid_exists(beat.pid):
+            return  # this machine's earlier worker of this name, gone
+        first = beat.beat_at if first is None else first
+        if beat.beat_at != first or time.monotonic() > deadline:
+            raise ServiceError(f"a live worker host already has this name (pid {beat.pid} on "
+                               f"{beat.machine or 'an older farm'}): two hosts of one name "
+                               "overwrite each other's heartbeat and both lead the farm",
+                               subject=f"worker {name}",
+                               hint="give each host its own --hostname, or leave it out (a "
+                                    "name unique to this start)")
+        time.sleep(1.0)
 
 
 def first_phones(tracker: str, found: dict, poll_s: float = 2.0,

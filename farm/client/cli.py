@@ -129,7 +129,8 @@ def _lab_commands(sub: Any) -> None:
     w.add_argument("--redis", help="record store URL (default: the broker)")
     w.add_argument("--keys", help="device keys to serve (default: every key on the tracker)")
     w.add_argument("--concurrency", type=int, help="rounds at once, fixed (default: automatic, from the measured speeds of the phones and of this host; see the README)")
-    w.add_argument("--hostname", help="Celery node name (default farm@<host>)")
+    w.add_argument("--hostname", help="Celery node name, unique in the farm (default "
+                                      "farm@<host>-<an id of this start>)")
     w.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port "
                    "(default $FARM_METRICS_PORT, else none)")
     w.add_argument("--metrics-host", help="address of /metrics (default 127.0.0.1)")
