@@ -86,6 +86,9 @@ def stats(store: RecordStore) -> dict[str, Any]:
 
 
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError("is a file: the log is a folder (two JSON files)", subject=str(out_dir),
+                         hint="name a folder that does not exist yet, or an empty one")
     tasks = [t for t in (store.get_workload(wk) for wk in store.workload_keys())
              if t is not None and (device_key is None or t.device_key == device_key)]
     picks = {t.workload_key: b.candidate for t in tasks
@@ -127,6 +130,8 @@ def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, Any]]:
             out.append((n, json.loads(line)))
         except ValueError as e:
             report.refuse("not JSON", f"{path.name}:{n}: {e}")
+        except RecursionError:  # a crafted line nested thousands deep
+            report.refuse("nested too deeply to be a record", f"{path.name}:{n}")
     return out
 
 
@@ -274,15 +279,17 @@ def _canonical(target: Any) -> str:
 
 def remove(store: RecordStore, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
     """`farm cache rm`: forget whole workloads, or (with `source`) only the records that came
-    from it: a job id, an import (`import:<path>`, or a prefix of it), or a host. Returns
-    {"workloads": n, "records": n} removed."""
+    from it: a whole job id, host or source, or an import (`import:<path>`, or a folder
+    above it: `import:/data/logs`). Returns {"workloads": n, "records": n} removed."""
     if source is None:
         gone = sum(1 for wk in workload_keys if store.remove_workload(wk))
         return {"workloads": gone, "records": 0}
     removed = 0
+    folder = source.rstrip("/") + "/" if source.startswith("import:/") else None
     for wk in workload_keys or store.workload_keys():
         picked = [r.candidate for r in store.records(wk)
-                  if source in (r.job_id, r.host, r.source) or r.source.startswith(source)]
+                  if source in (r.job_id, r.host, r.source)
+                  or (folder is not None and r.source.startswith(folder))]
         removed += store.remove_records(wk, picked)
     return {"workloads": 0, "records": removed}
 

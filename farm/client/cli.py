@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -254,6 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("farm: interrupted; stopped everything this command started", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `farm cache ls | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:  # a path or port of the user's: one line naming it, not a traceback
+        if args.debug:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"farm: error: {where}{e.strerror or e} (check the path or address; --debug "
+              f"shows where)", file=sys.stderr)
+        return FarmError.exit_code
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -86,12 +87,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.interval) and args.interval > 0):
+        raise UsageError("must be a finite number of seconds > 0",
+                         subject=f"--interval {args.interval}", hint="e.g. --interval 2")
     with store_of(args) as store:
         return _status(args, store)
 
 
 def _status(args: argparse.Namespace, store: Any) -> int:
     from farm.client.progress import job_view, render
+
 
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     live = getattr(args, "watch", False)
@@ -123,9 +128,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+SUMMARY_KEYS = ("job_id", "tasks", "latency_us", "speedup", "schedules")
+
+
 def _summary_of(out: Path, error: type) -> dict[str, Any]:
     try:
-        return json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError) as e:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError, RecursionError) as e:
         raise error(f"no readable summary.json: {e}", subject=str(out),
                     hint="pass the --out folder of a finished job") from e
+    missing = [k for k in SUMMARY_KEYS if not isinstance(summary, dict) or k not in summary]
+    if missing:
+        raise error(f"summary.json is not a job's summary (no {', '.join(missing)})",
+                    subject=str(out), hint="pass the --out folder of a finished job")
+    return summary

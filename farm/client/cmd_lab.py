@@ -101,7 +101,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         wait_for_phones(tracker, args.key, args.phones, timeout_s=60)
         metrics, prometheus = _up_metrics(args, group, home, log_dir)
         group.add(services.start_worker(tracker, url, log_dir, extra=metrics))
-        shown = url.replace(f":{args.redis_password}@", ":***@") if args.redis_password else url
+        from farm.core.config import redact
+
+        shown = redact(url)
         print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
               f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
               + (f"prometheus {prometheus} scrapes the worker's /metrics "

@@ -144,7 +144,23 @@ class FarmConfig:
             raise UsageError("FARM_HOME (the embedded farm's folder) is a file, not a folder",
                              subject=str(self.home), hint=_fix((sources or {}).get(
                                  "home", "config"), "home"))
+        if not self.home.exists() and not _can_make(self.home):
+            raise UsageError("FARM_HOME (the embedded farm's folder) cannot be made there",
+                             subject=str(self.home), hint=_fix((sources or {}).get(
+                                 "home", "config"), "home"))
         return self
+
+
+def _can_make(path: Path) -> bool:
+    """Can this user make `path`: its nearest existing parent is a folder it may write in
+    (and not in /proc or /sys, which refuse new entries whatever the bits say)."""
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    resolved = parent.resolve()
+    if resolved.parts[1:2] in (("proc",), ("sys",)):
+        return False
+    return resolved.is_dir() and os.access(resolved, os.W_OK | os.X_OK)
 
 
 def _fix(where: str, name: str) -> str:
@@ -158,8 +174,21 @@ def _fix(where: str, name: str) -> str:
 
 
 def redact(url: str) -> str:
-    """A URL without its password, for messages."""
-    return re.sub(r"://([^@/]*)@", "://***@", url)
+    """A URL without its user and password, for messages and logs, whatever characters the
+    password holds ("/", "@", ":"): everything between "://" and the last "@" goes."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def with_password(scheme_host: str, password: str) -> str:
+    """`redis://:PASSWORD@HOST...` from `redis://HOST...`, the password URL-encoded (a "/",
+    "@" or "#" in it would otherwise end the URL's user part early)."""
+    from urllib.parse import quote
+
+    scheme, _, rest = scheme_host.partition("://")
+    return f"{scheme}://:{quote(password, safe='')}@{rest}" if password else scheme_host
 
 
 def url_problem(url: str) -> str | None:

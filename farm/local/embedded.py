@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from farm.core.config import FarmConfig
+from farm.core.config import FarmConfig, redact
 from farm.core.errors import ServiceError
 from farm.local import services
 from farm.store import RecordStore
@@ -262,8 +262,8 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         worker = functools.partial(services.start_worker, tracker, url, log_dir,
                                    env=config_env(config), extra=["--keys", config.device_key])
         group.add(worker()).restart = worker  # as a lab's systemd does (deploy/)
-        log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", url, tracker,
-                 config.phones, config.device_key, log_dir)
+        log.info("embedded farm: redis %s, tracker %s, %d phones of %s, logs in %s", redact(url),
+                 tracker, config.phones, config.device_key, log_dir)
         yield EmbeddedFarm(broker_url=url, tracker=tracker, group=group, log_dir=log_dir,
                            phones_ready=lambda: _phones_ready(config, tracker, group, arch))
 

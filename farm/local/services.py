@@ -217,15 +217,17 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
     private_dir(data_dir)
     argv = [redis_binary()]
     if password:
-        conf = write_private(data_dir / "farm-redis.conf", f'requirepass "{password}"\n')
+        quoted = password.replace("\\", "\\\\").replace('"', '\\"')  # redis.conf's escapes
+        conf = write_private(data_dir / "farm-redis.conf", f'requirepass "{quoted}"\n')
         argv.append(str(conf))  # the config file must come first
     argv += ["--port", str(port), "--bind", host, "--dir", str(data_dir),
              *REDIS_DURABLE, "--maxmemory", maxmemory,
              "--daemonize", "no", "--protected-mode", "yes"]
     svc = start("redis", argv, log_dir)
     wait_port(host, port, 20, svc)
-    auth = f":{password}@" if password else ""
-    return svc, f"redis://{auth}{host}:{port}/0"
+    from farm.core.config import with_password
+
+    return svc, with_password(f"redis://{host}:{port}/0", password or "")
 
 
 def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) -> tuple[Service, str]:

@@ -10,6 +10,7 @@ from typing import Any
 import redis
 
 from farm.core import keys
+from farm.core.config import redact
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
@@ -38,12 +39,6 @@ _LEASE = _lua("lease.lua")
 _FINISH_ROUND = _lua("finish_round.lua")
 
 
-def redact(url: str) -> str:
-    """A Redis URL without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 class RedisStore(RecordStore, RedisPhoneLedger):

@@ -173,7 +173,31 @@ ROWS = [
         ("adir", "JSONDatabase")),
     Row("cache-import-malformed-json", ("cache", "import", "{models}/baddb"), "usage",
         ("baddb", "refused"), store=True),
+    Row("cache-import-nested-json", ("cache", "import", "{tmp}/deep"), "usage",
+        ("deep", "refused"), store=True, setup=lambda tmp: _deep_log(tmp / "deep")),
+    Row("cache-export-onto-a-file", ("cache", "export", "{models}/notes.txt"), "usage",
+        ("notes.txt", "is a file"), store=True),
+    # farm status, farm report
+    Row("status-interval-negative", ("status", "--watch", "--interval", "-1"), "usage",
+        ("--interval -1", "> 0")),
+    Row("status-interval-nan", ("status", "--watch", "--interval", "nan"), "usage",
+        ("--interval nan", "finite")),
+    Row("home-cannot-be-made", ("status",), "usage", ("/proc/1/nope", "cannot be made"),
+        env={"FARM_HOME": "/proc/1/nope"}),
+    Row("report-summary-empty", ("report", "{tmp}/rep"), "store",
+        ("rep", "not a job's summary"), setup=lambda tmp: _file(tmp / "rep/summary.json", "{}")),
 ]
+
+
+def _file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _deep_log(folder: Path) -> None:
+    """A JSONDatabase whose lines are nested 100,000 deep (json.loads: RecursionError)."""
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        _file(folder / name, "[" * 100000 + "]" * 100000 + "\n")
 
 
 @dataclass

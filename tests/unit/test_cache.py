@@ -163,3 +163,15 @@ def test_rm_forgets_a_source_or_a_workload(tmp_path: Path):
         {"workloads": 0, "records": 1}
     assert cache.remove(store, [wk, other]) == {"workloads": 2, "records": 0}
     assert store.workload_keys() == []
+
+
+def test_rm_source_matches_whole_ids_only():
+    """`farm cache rm --source j` removed every measured record: their source is "job", and any
+    prefix matched. Now only a whole job id, host or source does (or a folder of imports)."""
+    profile = resolve_profile("cpu-local")
+    store = open_store("memory://")
+    wk = seed_store(store, profile, 16, [30.0, 10.0])  # job_id "seed", source "job"
+    assert cache.remove(store, [], source="j") == {"workloads": 0, "records": 0}
+    assert cache.remove(store, [], source="see") == {"workloads": 0, "records": 0}
+    assert store.record_count(wk) == 2
+    assert cache.remove(store, [], source="seed") == {"workloads": 0, "records": 2}

@@ -184,3 +184,16 @@ def test_search_population_is_a_setting_that_reaches_the_search():
 
     small = evolutionary(8)  # fewer schedules than MetaSchedule's init_min_unmeasured (50)
     assert small.population_size == 8 and small.init_min_unmeasured == 8
+
+
+@pytest.mark.parametrize("password", ["a/b", "p@ss", "x:y#z", "q?r&s"])
+def test_a_password_is_redacted_and_url_encoded_whatever_it_holds(password):
+    import redis
+
+    from farm.core.config import redact, with_password
+
+    url = with_password("redis://127.0.0.1:6379/0", password)
+    assert redis.connection.parse_url(url)["password"] == password  # what Redis is sent
+    assert redact(url) == "redis://***@127.0.0.1:6379/0"
+    raw = f"redis://:{password}@host:6379/0"  # as a user may write it, not encoded
+    assert password not in redact(raw) and redact(raw).endswith("host:6379/0")
