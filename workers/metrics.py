@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from farm.core.errors import ServiceError
 from farm.pipeline.dispatch import queued_rounds
 from farm.store import RecordStore
 from farm.store.store import total_counts
@@ -99,6 +100,11 @@ def serve(store: RecordStore, broker: Any, node: str, keys: list[str], host: str
 
     registry = CollectorRegistry()
     registry.register(FarmCollector(store, broker, node, keys))  # type: ignore[arg-type]
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise ServiceError(f"cannot serve metrics there: {e.strerror or e}",
+                           subject=f"worker {node}, --metrics-port {host}:{port}",
+                           hint="pick a free port, or leave --metrics-port out") from e
     log.info("worker %s: Prometheus metrics on http://%s:%d/metrics", node, host, port)
     return server

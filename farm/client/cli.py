@@ -89,6 +89,8 @@ def _job_commands(sub: Any) -> None:
     rs.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
     rs.add_argument("--no-wait", action="store_true", help="lab mode: return after resuming")
     rs.add_argument("--broker")
+    rs.add_argument("--allow-pickle", action="store_true",
+                    help="the model may be a pickle (it runs code): never taken from the store")
     rs.set_defaults(func=cmd_resume)
 
     wt = sub.add_parser("wait", help="take over a lab job whose submitting client died: wait, "
@@ -98,6 +100,8 @@ def _job_commands(sub: Any) -> None:
     wt.add_argument("--force", action="store_true", help="replace a non-empty --out")
     wt.add_argument("--timeout", type=float)
     wt.add_argument("--broker")
+    wt.add_argument("--allow-pickle", action="store_true",
+                    help="the model may be a pickle (it runs code): never taken from the store")
     wt.set_defaults(func=cmd_wait)
 
     st = sub.add_parser("status", help="progress of jobs on a farm")

@@ -7,11 +7,13 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from farm.client.common import config_of, report, store_of
 from farm.core.errors import UsageError
+from farm.pipeline.preflight import is_result
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -61,8 +63,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
         job = store.require_job(args.job)
     config = config_of(args, broker_url=args.broker, device_key=job.device_key,
                      round_trials=job.round_trials)
-    opts = SubmitOptions.from_job(job, out=Path(args.out) if args.out else None, force=True,
-                                  timeout_s=args.timeout, wait=not args.no_wait)
+    out = Path(args.out) if args.out else None
+    # the job's own --out is replaced only when it holds a result of the farm's (a store
+    # others can write must not name a folder for this command to delete)
+    opts = SubmitOptions.from_job(job, out=out, timeout_s=args.timeout, wait=not args.no_wait,
+                                  allow_pickle=args.allow_pickle)
+    opts = replace(opts, force=out is not None or is_result(opts.out))
     return _print_summary(submit(opts, config, report=report, resume=job.job_id,
                                  view=_live_view()), opts.out)
 
@@ -73,7 +79,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     config = config_of(args, broker_url=args.broker)
     out = Path(args.out) if args.out else None
     summary = follow(args.job, config, report, out=out, force=args.force,
-                     timeout_s=args.timeout)
+                     timeout_s=args.timeout, allow_pickle=args.allow_pickle)
     return _print_summary(summary, out or Path(summary.get("out", ".")))
 
 

@@ -33,7 +33,7 @@ from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
 from farm.pipeline.dispatch import send_round
 from farm.pipeline.options import SubmitOptions
-from farm.pipeline.preflight import check_out_dir, check_out_writable, preflight
+from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
 from farm.pipeline.summary import default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
 from farm.store import TaskState, open_store
@@ -253,6 +253,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
         summary["out"] = str(opts.out)
         report_stage.write(staging, summary, farm.store)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False))
+        (staging / OUT_MARKER).write_text(job.job_id + "\n")  # resume may replace it
         if opts.out.exists():
             shutil.rmtree(opts.out)
         staging.rename(opts.out)
@@ -267,7 +268,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
 
 def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
            out: Path | None = None, force: bool = False,
-           timeout_s: float | None = None) -> dict[str, Any]:
+           timeout_s: float | None = None, allow_pickle: bool = False) -> dict[str, Any]:
     """`farm wait JOB`: the client's part of a lab job whose submitting client died or did not
     wait. Waits for it (the farm's supervisor re-sends lost rounds and finalizes it; finalize
     here too, once per job, is a no-op then), and when its model file is readable here,
@@ -279,7 +280,8 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
                          hint=f"`farm resume {job_id}` continues it on a new embedded farm")
     with connect(config, require_devices=False) as farm:
         job = farm.store.require_job(job_id)
-        opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s)
+        opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s,
+                                      allow_pickle=allow_pickle)
         farm.tracker = opts.tracker
         if opts.model.is_file():
             check_out_dir(opts.out, opts.force)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.core.errors import StoreError
+from farm.core.errors import StoreError, UsageError
 from farm.core.messages import JobSpec
 
 DEFAULT_TRIALS = 32  # trials per task when neither --trials-per-task nor --trials says
@@ -47,11 +47,17 @@ class SubmitOptions:
         if not o.get("model"):
             raise StoreError("the job does not record how it was submitted",
                              subject=f"job {job.job_id}", hint="submit the model again")
+        if out is None and not o.get("out"):
+            raise UsageError("the job does not record its results folder",
+                             subject=f"job {job.job_id}", hint="pass --out DIR")
+        # what widens what the user asked for is never taken from the store: a pickle is
+        # loaded only with this command's own --allow-pickle
+        changes.setdefault("allow_pickle", False)
         return cls(model=Path(o["model"]), out=out or Path(o["out"]),
                    trials_per_task=int(o.get("trials_per_task", job.trials_per_task)),
                    trials_budget=int(o.get("trials_budget", 0)),
                    early_stop_rounds=int(o.get("early_stop_rounds", 0)),
                    input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
-                   allow_pickle=bool(o.get("allow_pickle")), tracker=o.get("tracker"),
+                   tracker=o.get("tracker"),
                    priority=o.get("priority", "normal"),
                    target_cpu=str(job.target.get("mcpu", "")), **changes)

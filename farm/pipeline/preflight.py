@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.core.config import FarmConfig
-from farm.core.errors import ServiceError, UsageError
+from farm.core.errors import ServiceError, UsageError, last_line
 from farm.core.messages import PRIORITIES
 from farm.core.profiles import canonical_target, known_keys, resolve_profile
 from farm.pipeline import ingest as ingest_stage
@@ -39,6 +39,15 @@ def check_options(opts: SubmitOptions) -> None:
     if opts.priority not in PRIORITIES:
         raise UsageError(f"--priority must be one of {', '.join(PRIORITIES)}, "
                          f"got {opts.priority!r}")
+
+
+OUT_MARKER = ".tunefarm-result"  # in every --out the farm wrote (job.complete)
+
+
+def is_result(out: Path) -> bool:
+    """`out` is missing, empty, or a results folder the farm wrote (its marker)."""
+    return not out.exists() or (out.is_dir() and (not any(out.iterdir())
+                                                  or (out / OUT_MARKER).is_file()))
 
 
 def check_out_dir(out: Path, force: bool) -> None:
@@ -111,6 +120,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
     # the embedded farm emulates phones of any key it is told, so a mistyped key would tune
     # for this CPU: refused. A lab farm's hosts say which keys exist (checked below).
     profile = resolve_profile(config.device_key, config.profiles, strict=not lab)
+    check_target(profile)
     if not lab:
         check_embedded(profile)
         if not opts.wait:
@@ -136,6 +146,19 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
         report(f"device key {profile.key} has no profile here: tuning for target "
                f"{canonical_target(profile.target)} (describe the device in farm.toml as "
                f"[profiles.{profile.key}] if that is not what it is)")
+
+
+def check_target(profile: Any) -> None:
+    """The profile's target is one TVM accepts (an attribute of the wrong type, an unknown
+    kind), before the model is read: not an error from deep in TVM after it loads."""
+    import tvm
+
+    try:
+        tvm.target.Target(profile.target_json())
+    except Exception as e:  # noqa: BLE001 - TVM's ValueError/TVMError: its last line says it
+        raise UsageError(f"TVM refuses its target {canonical_target(profile.target)}: "
+                         f"{last_line(e)}", subject=f"profile {profile.key}",
+                         hint=f"fix target in [profiles.{profile.key}] of farm.toml") from e
 
 
 def check_embedded(profile: Any) -> None:

@@ -134,6 +134,9 @@ ROWS = [
         ("[profiles.pixel7]", "threads", "True"), toml=GOOD_PROFILE + "threads = true\n"),
     Row("toml-profile-unknown-setting", submit("small.pt2"), "usage",
         ("[profiles.pixel7]", "thread"), toml=GOOD_PROFILE + "thread = 4\n"),
+    Row("toml-target-attribute-type", submit("small.pt2"), "usage",
+        ("profile cpu-local", "mcpu", "expected type 'str'"),
+        toml='[profiles.cpu-local]\ntarget = { kind = "llvm", mcpu = 5 }\n'),
     Row("toml-missing", submit("small.pt2"), "usage", ("nowhere.toml", "cannot read config"),
         env={"FARM_CONFIG": "{tmp}/nowhere.toml"}),
     # environment

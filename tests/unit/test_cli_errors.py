@@ -242,3 +242,32 @@ def test_an_error_quoting_many_lines_is_still_one_line(capsys, monkeypatch):
     assert code == EXIT_CODES["store"]
     assert err.splitlines() == ["farm: error: db: cannot read it: [3 more lines with --debug] "
                                 "(check it)"]
+
+
+def test_resume_takes_nothing_from_the_store_that_widens_the_users_request(tmp_path):
+    """A store others can write must not make `farm resume`/`wait` load a pickle, nor
+    replace a folder the farm did not write."""
+    from farm.core.errors import UsageError
+    from farm.core.messages import JobSpec
+    from farm.pipeline.options import SubmitOptions
+    from farm.pipeline.preflight import OUT_MARKER, is_result
+
+    victim = tmp_path / "home-of-the-user"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    job = JobSpec(job_id="j", model="m", device_key="cpu-local", target={"kind": "llvm"},
+                  trials_per_task=2, round_trials=2, workload_keys=[], task_names={},
+                  weights={}, options={"model": str(tmp_path / "m.pt"), "out": str(victim),
+                                       "allow_pickle": True})
+    opts = SubmitOptions.from_job(job)
+    assert opts.allow_pickle is False and opts.out == victim
+    assert not is_result(victim)  # so resume does not --force it: check_out_dir refuses
+    result = tmp_path / "out"
+    result.mkdir()
+    (result / "summary.json").write_text("{}")
+    (result / OUT_MARKER).write_text("j\n")
+    assert is_result(result) and is_result(tmp_path / "missing")
+    stored = job.to_json()
+    stored["options"] = {"model": "m.pt2"}
+    with pytest.raises(UsageError, match="--out"):
+        SubmitOptions.from_job(JobSpec.from_json(stored))
