@@ -17,19 +17,25 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from farm.core.errors import ServiceError
+from farm.core.secrets import runtime_dir
 from farm.devices import tracker as tracker_mod
 from farm.devices.tracker import grant, phone_address
 from farm.store.phones import PhoneSpan
 
 log = logging.getLogger(__name__)
 _SESSION: dict[str, Any] = {"n": 0}  # in a pool process: the measurement in flight
-ENDS_DIR = os.path.join(tempfile.gettempdir(), "farm-phone-ends")  # phone -> its last end
+_ENDS: list[str] = []  # the folder of each phone's last end (this user's: runtime_dir)
+
+
+def _ends_dir() -> str:
+    if not _ENDS:
+        _ENDS.append(runtime_dir("phone-ends"))
+    return _ENDS[0]
 
 
 def _write(path: str, entry: dict[str, Any]) -> None:
@@ -84,7 +90,7 @@ def _aside(log_path: str) -> dict[str, float]:
 
 
 def _ends_path(phone: str) -> str:
-    return os.path.join(ENDS_DIR, phone.replace("/", "_"))
+    return os.path.join(_ends_dir(), phone.replace("/", "_"))
 
 
 def _last_end(phone: str) -> float:
@@ -116,7 +122,6 @@ def cleanup(log_path: str, session: Any, remote_path: str | None) -> None:
             now = time.time()
             _write(log_path, {"sid": sid, "end": now})
             with contextlib.suppress(OSError):  # for the phone's cool-down, any process here
-                os.makedirs(ENDS_DIR, exist_ok=True)
                 tmp = f"{_ends_path(phone)}.{os.getpid()}"
                 with open(tmp, "w", encoding="utf-8") as f:
                     f.write(repr(now))

@@ -34,12 +34,13 @@ import fcntl
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 
+from farm.core.secrets import runtime_dir
+
 log = logging.getLogger(__name__)
-QUEUE_DIR = os.path.join(tempfile.gettempdir(), f"farm-phone-queue-{os.getuid()}")
+QUEUE_DIR = ""  # the phones' queue of this machine: runtime_dir("phone-queue") when not given
 POLL_S = 0.02
 
 
@@ -57,6 +58,7 @@ class Turns:
     """One round process's side of the queue of a tracker's key (its runner's batches)."""
 
     def __init__(self, tracker: str, key: str, stale_s: float, root: str = QUEUE_DIR) -> None:
+        root = root or runtime_dir("phone-queue")
         self.dir = os.path.join(root, re.sub(r"[^A-Za-z0-9_.-]", "_", f"{tracker}-{key}"))
         self.stale_s = stale_s
         self._lock = threading.Lock()

@@ -37,3 +37,24 @@ def secret(var: str, env: Mapping[str, str] | None = None) -> str | None:
     if not text:
         raise UsageError(f"{path} is empty", subject=f"{var}_FILE")
     return text
+
+
+def runtime_dir(name: str) -> str:
+    """A folder of this user's only, for what the farm's processes of one machine share
+    (a phone's last measurement, the phones' queue): `$XDG_RUNTIME_DIR/tunefarm/<name>`, else
+    `<temp>/tunefarm-<uid>/<name>`, made 0700. A `tunefarm-<uid>` another user made first
+    (to read or plant files) is refused, not used."""
+    import tempfile
+
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    root = Path(base) / "tunefarm" if base else Path(tempfile.gettempdir()) / f"tunefarm-{os.getuid()}"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise UsageError("is not a folder of this user's: another user made it first",
+                         subject=str(root), hint="remove it, or set XDG_RUNTIME_DIR")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(root, 0o700)
+    path = root / name
+    path.mkdir(exist_ok=True, mode=0o700)
+    return str(path)

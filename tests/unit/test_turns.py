@@ -126,3 +126,26 @@ def test_a_measurement_of_an_abandoned_batch_does_not_count_for_the_next(tmp_pat
     turns.returned(second)
     with open(second, encoding="utf-8") as f:
         assert int(f.read()) == 2
+
+
+def test_the_runtime_folder_is_this_users_and_private(tmp_path, monkeypatch):
+    """The phones' shared files live in a folder only this user reads (it was one fixed
+    folder in /tmp for every user of the machine); one planted by another user is refused."""
+    import os
+    import stat
+
+    import pytest
+
+    from farm.core.errors import UsageError
+    from farm.core.secrets import runtime_dir
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = runtime_dir("phone-ends")
+    assert path == str(tmp_path / "tunefarm" / "phone-ends")
+    assert stat.S_IMODE(os.stat(tmp_path / "tunefarm").st_mode) == 0o700
+    planted = tmp_path / "other"
+    planted.mkdir()
+    (planted / "tunefarm").symlink_to("/")  # not a folder of this user's (a link to /)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(planted))
+    with pytest.raises(UsageError, match="not a folder of this user"):
+        runtime_dir("phone-ends")
