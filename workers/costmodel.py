@@ -78,8 +78,13 @@ def cost_of(rec: StoredRecord) -> float:
 
 
 def learnable(recs: list[StoredRecord]) -> list[StoredRecord]:
-    """The records of one workload a model learns from: the best first, failures last."""
-    recs = [r for r in recs if r.valid or r.error_class in NEGATIVES]
+    """The records of one workload a model learns from: the best first, failures last. Only
+    what a phone of this farm measured with this TVM (not an import, not another version's
+    timing) until a phone re-measures it."""
+    from tvm import __version__ as tvm_version
+
+    recs = [r for r in recs if r.trusted(tvm_version)
+            and (r.valid or r.error_class in NEGATIVES)]
     recs.sort(key=lambda r: (not r.valid, r.run_us or 0.0))
     return recs
 

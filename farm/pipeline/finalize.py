@@ -24,6 +24,7 @@ from farm.core.traces import trace_problem
 from farm.pipeline.blocknames import translate
 from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, StoredRecord, TaskState
+from farm.store.store import best_of
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,23 @@ def job_finished(store: RecordStore, job: JobSpec) -> bool:
     return all(wk in states and states[wk].terminal for wk in job.workload_keys)
 
 
+def trusted_best(store: RecordStore, wk: str) -> StoredRecord | None:
+    """The best valid record a phone of this farm measured with this TVM: the store's best,
+    unless that one was timed by another TVM version (then the best of those that were not)."""
+    from tvm import __version__ as tvm_version
+
+    best = store.best(wk)
+    if best is None or not best.valid or best.trusted(tvm_version):
+        return best if best is not None and best.valid else None
+    return best_of([r for r in store.records(wk) if r.trusted(tvm_version)])
+
+
 def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
     """The job's final choice, workload key -> candidate hash; fixed by the first caller."""
     picks = {}
     for wk in job.workload_keys:
-        best = store.best(wk)
-        if best is not None and best.valid:
+        best = trusted_best(store, wk)
+        if best is not None:
             picks[wk] = best.candidate
     final, first = store.finalize_once(job.job_id, picks)
     if first:

@@ -59,3 +59,24 @@ def test_the_model_is_stale_when_its_key_grew_by_a_quarter():
     assert not costmodel.stale(store, mkey, big)  # grew by 249 of 1000
     grow("w2", 1)
     assert costmodel.stale(store, mkey, big)
+
+
+def test_imported_and_other_version_records_neither_train_nor_become_best():
+    """Until a phone of this farm re-measures them: an imported (unverified) record and one
+    timed under another TVM version are left out of training and of a job's final pick."""
+    from tvm import __version__ as here
+
+    from farm.pipeline.finalize import trusted_best
+    from workers.costmodel import learnable
+
+    def rec(c: str, us: float, **kw) -> StoredRecord:
+        return StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, job_id="j", **kw)
+
+    recs = [rec("mine", 5.0, tvm=here), rec("imported", 1.0, verified=False, source="import:x"),
+            rec("old", 2.0, tvm="0.20.0")]
+    assert [r.candidate for r in learnable(recs)] == ["mine"]
+    store = open_store("memory://")
+    for r in recs:
+        store.add_record(r)
+    assert store.best("w").candidate == "old"  # the store's raw best: another version's time
+    assert trusted_best(store, "w").candidate == "mine"
