@@ -44,6 +44,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict
     eta = left / rate * 60 if running and rate > 0 else None
     phones = phone_section(store, job, now=now if running else None)
     return {"job_id": job.job_id, "model": job.model, "device_key": job.device_key,
+            "store_full": store.full(),
             "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
             "tasks_finished": finished, "trials_measured": done, "trials_left": left,
             "measurements": total_counts(counts),
@@ -80,6 +81,8 @@ def render(view: dict[str, Any], width: int = 48) -> str:
             f"{view['trials_left']} left, elapsed {_duration(view['elapsed_s'])}, "
             f"ETA {_duration(view['eta_s'])}")
     lines = [head]
+    if view.get("store_full"):
+        lines.append(f"  the store is full: {view['store_full']}")
     if st == "failed" and view["status"].get("message"):
         lines.append(f"  {view['status']['message']}")
     for t in view["tasks"]:

@@ -217,7 +217,8 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
         t_tune = time.monotonic()
-        wait_for_job(farm, job, report, opts.timeout_s, view=view)
+        wait_for_job(farm, job, report, opts.timeout_s, view=view,
+                     full_grace_s=config.supervisor_interval_s + config.host_ttl_s)
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)

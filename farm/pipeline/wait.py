@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from farm.core.errors import ServiceError, TuneError
+from farm.core.errors import ServiceError, StoreError, TuneError
 from farm.core.messages import JobSpec
 from farm.pipeline.connect import Farm
 from farm.store import RecordStore, StoreUnavailable, TaskState
@@ -20,16 +20,20 @@ STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable sto
 
 def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 0.25,
-                 view: View | None = None) -> dict[str, TaskState]:
+                 view: View | None = None, full_grace_s: float = 35.0) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed. Only waits
     and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and
     finalizes the job, client or no client. `view`: called at every poll instead of
-    reporting a line per change (the client's live view of the tasks)."""
+    reporting a line per change (the client's live view of the tasks). A store that stays
+    full for `full_grace_s` (a supervisor sweep and a host TTL: nobody can write the job's
+    end into it) ends the wait with StoreError."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
     outage_since: float | None = None
+    full = FullWatch(job, full_grace_s)
     while True:
         farm.check_alive()
+        full.check(farm.store)
         try:
             states = farm.store.task_states(job.job_id)
             measured = farm.store.job_measured(job.job_id)
@@ -63,6 +67,35 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                             subject=f"job {job.job_id}",
                             hint=f"the job goes on; check it with `farm status {job.job_id}`")
         time.sleep(poll_s)
+
+
+class FullWatch:
+    """Asks the store every few seconds whether it is full; raises once it has been for the
+    grace: with noeviction no round can record anything, nor any task its end."""
+
+    def __init__(self, job: JobSpec, grace_s: float, every_s: float = 2.0) -> None:
+        self.job, self.grace_s, self.every_s = job, grace_s, every_s
+        self.asked = 0.0
+        self.since: float | None = None
+
+    def check(self, store: RecordStore) -> None:
+        now = time.monotonic()
+        if now - self.asked < self.every_s:
+            return
+        self.asked = now
+        try:
+            why = store.full()
+        except Exception:  # noqa: BLE001 - an unreachable store is the outage's to handle
+            return
+        if why is None:
+            self.since = None
+            return
+        self.since = self.since or now
+        if now - self.since >= self.grace_s:
+            raise StoreError(f"the store is full: {why}", subject=f"job {self.job.job_id}",
+                             hint="records so far are kept; raise maxmemory "
+                                  "(FARM_REDIS_MAXMEMORY or redis.conf), then "
+                                  f"`farm resume {self.job.job_id}`")
 
 
 def progress_line(job: JobSpec, states: dict[str, TaskState], measured: dict[str, int]) -> str:

@@ -105,6 +105,16 @@ class RedisStore(RecordStore, RedisPhoneLedger):
                                hint="check it with `redis-cli -u URL ping`, or unset "
                                     "FARM_BROKER_URL to use the embedded farm") from e
 
+    def full(self) -> str | None:
+        info = self.r.info("memory")
+        limit, used = int(info.get("maxmemory") or 0), int(info.get("used_memory") or 0)
+        # Redis counts a command's own arguments too: a store this close to its limit
+        # refuses the writes of rounds (records of a few KB) and of the job's end
+        if limit and used >= 0.98 * limit and info.get("maxmemory_policy") == "noeviction":
+            return (f"Redis {redact(self.url)} holds {used} bytes, its maxmemory is {limit}: "
+                    "it refuses writes (it evicts nothing)")
+        return None
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

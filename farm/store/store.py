@@ -360,6 +360,10 @@ class RecordStore(LearnedStore, PhoneLedger, ABC):
     def ping(self) -> None:
         """Raise ServiceError when the store is unreachable or not writable."""
 
+    def full(self) -> str | None:
+        """Why the store refuses every write now (its memory limit reached), or None."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
