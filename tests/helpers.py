@@ -245,3 +245,20 @@ def browser_dom(url: str, budget_ms: int = 15000, png: Path | None = None) -> st
         outputs.append(proc.stdout)
     assert png is None or png.is_file(), "Chromium wrote no screenshot"
     return outputs[0]
+
+
+@contextlib.contextmanager
+def redis_and_tracker(folder: Path) -> Iterator[tuple[object, str, str]]:
+    """A lab farm's shared parts on loopback, stopped after the block: its own Redis and a
+    tracker. Yields (their ServiceGroup, the broker URL, the tracker's address)."""
+    from farm.local import services
+
+    group = services.ServiceGroup()
+    try:
+        svc, broker = services.start_redis(folder / "redis", folder)
+        group.add(svc)
+        svc, tracker = services.start_tracker(folder)
+        group.add(svc)
+        yield group, broker, tracker
+    finally:
+        group.stop()

@@ -17,7 +17,7 @@ from farm.core.errors import UnmeasuredError
 from farm.devices.tracker import wait_for_phones
 from farm.local import services
 from farm.store import open_store
-from tests.helpers import run_farm
+from tests.helpers import redis_and_tracker, run_farm
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +38,7 @@ def wrong_key(tmp_path_factory):
     logs = tmp_path_factory.mktemp("unmeasured")
     toml = logs / "farm.toml"
     toml.write_text(TOML)
-    group = services.ServiceGroup()
-    try:
-        svc, broker = services.start_redis(logs / "redis", logs)
-        group.add(svc)
-        svc, tracker = services.start_tracker(logs)
-        group.add(svc)
+    with redis_and_tracker(logs) as (group, broker, tracker):
         group.add(services.start_phone(tracker, KEY, 0, logs))
         wait_for_phones(tracker, KEY, 1, 60)
         worker = group.add(services.start_worker(tracker, broker, logs,
@@ -55,8 +50,6 @@ def wrong_key(tmp_path_factory):
             time.sleep(0.5)
         store.close()
         yield tracker, toml, broker
-    finally:
-        group.stop()
 
 
 def test_doctor_fails_with_the_phones_own_error(wrong_key, tmp_path):

@@ -10,17 +10,13 @@ import pytest
 
 from farm.local import services
 from farm.store import open_store
+from tests.helpers import redis_and_tracker
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_worker_started_before_its_phones_waits_for_them(tmp_path):
-    group = services.ServiceGroup()
-    try:
-        svc, broker = services.start_redis(tmp_path / "redis", tmp_path)
-        group.add(svc)
-        svc, tracker = services.start_tracker(tmp_path)
-        group.add(svc)
+    with redis_and_tracker(tmp_path) as (group, broker, tracker):
         worker = group.add(services.start_worker(tracker, broker, tmp_path))
         deadline = time.monotonic() + 120
         while "waiting for phones" not in worker.log_tail(50):
@@ -37,8 +33,6 @@ def test_a_worker_started_before_its_phones_waits_for_them(tmp_path):
         finally:
             store.close()
         assert "phones registered at tracker" in worker.log_tail(200)
-    finally:
-        group.stop()
 
 
 def test_two_workers_of_one_host_name_are_two_hosts_with_one_leader(tmp_path):
@@ -48,12 +42,7 @@ def test_two_workers_of_one_host_name_are_two_hosts_with_one_leader(tmp_path):
 
     from farm.core import keys
 
-    group = services.ServiceGroup()
-    try:
-        svc, broker = services.start_redis(tmp_path / "redis", tmp_path)
-        group.add(svc)
-        svc, tracker = services.start_tracker(tmp_path)
-        group.add(svc)
+    with redis_and_tracker(tmp_path) as (group, broker, tracker):
         group.add(services.start_phone(tracker, "k", 0, tmp_path))
         workers = [group.add(services.start_worker(tracker, broker, tmp_path, name=f"w{i}"))
                    for i in range(2)]
@@ -80,5 +69,3 @@ def test_two_workers_of_one_host_name_are_two_hosts_with_one_leader(tmp_path):
             assert "a live worker host already has this name" in again.log_tail(20)
         finally:
             store.close()
-    finally:
-        group.stop()
