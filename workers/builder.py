@@ -20,9 +20,9 @@ from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
 from tvm.support.popen_pool import StatusKind
 
+from farm.devices.tvmapi import build_and_export, serialize_params
 from workers.procs import Processes
 
 
@@ -59,9 +59,9 @@ class WarmBuilder(PyBuilder):
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         results: list[BuilderResult] = []
-        jobs = [(build_candidate, self.f_export, b.mod, b.target, _serialize_params(b.params))
+        jobs = [(build_candidate, self.f_export, b.mod, b.target, serialize_params(b.params))
                 for b in build_inputs]
-        for res in self.pool.map_with_error_catching(lambda x: _worker_func(*x), jobs):
+        for res in self.pool.map_with_error_catching(lambda x: build_and_export(*x), jobs):
             if res.status == StatusKind.COMPLETE:
                 results.append(BuilderResult(res.value, None))
             elif res.status == StatusKind.TIMEOUT:

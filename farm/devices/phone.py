@@ -20,6 +20,7 @@ import argparse
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from farm.core.errors import UsageError
 from farm.devices.tracker import parse_addr
@@ -73,22 +74,24 @@ def _slow_sessions(delay_s: float) -> None:
     """Runs in the server process before it listens: every session it forks (multiprocessing
     fork) calls `_server_env`, which registers `load_module`; ours wraps it in a sleep."""
     import tvm_ffi
-    from tvm.rpc import server
 
-    original = server._server_env
+    from farm.devices.tvmapi import wrap_server_env
 
-    def server_env(load_library: object, work_path: object = None) -> object:
-        env = original(load_library, work_path)
-        load = tvm_ffi.get_global_func("tvm.rpc.server.load_module")
+    def slowed(original: Callable[..., object]) -> Callable[..., object]:
+        def server_env(load_library: object, work_path: object = None) -> object:
+            env = original(load_library, work_path)
+            load = tvm_ffi.get_global_func("tvm.rpc.server.load_module")
 
-        @tvm_ffi.register_global_func("tvm.rpc.server.load_module", override=True)
-        def load_module(file_name: str) -> object:
-            time.sleep(delay_s)
-            return load(file_name)
+            @tvm_ffi.register_global_func("tvm.rpc.server.load_module", override=True)
+            def load_module(file_name: str) -> object:
+                time.sleep(delay_s)
+                return load(file_name)
 
-        return env
+            return env
 
-    server._server_env = server_env
+        return server_env
+
+    wrap_server_env(slowed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 def serve_tracker(host: str, port: int, port_end: int, silent: bool = True) -> None:
     """A TVM RPC tracker on the first free port of [port, port_end); returns when it stops."""
-    from tvm.rpc.tracker import PopenTrackerServerState
+    from farm.devices.tvmapi import tracker_server_state
 
-    state = PopenTrackerServerState(host, port, port_end, silent=silent)
+    state = tracker_server_state(host, port, port_end, silent=silent)
     state.thread.join()
 
 
@@ -42,21 +42,22 @@ def _survive_crashed_sessions() -> None:
     culprit (workers/callback.py)."""
     import os
 
-    from tvm.rpc import server
+    from farm.devices.tvmapi import wrap_serving
 
-    serving = server._serving
+    def guard(serving: Callable[..., None]) -> Callable[..., None]:
+        def guarded(conn: object, addr: object, opts: object, load_library: object) -> None:
+            cwd = os.getcwd()
+            try:
+                serving(conn, addr, opts, load_library)
+            except RuntimeError as e:  # "Child process N exited unsuccessfully with code -11"
+                logging.getLogger("RPCServer").warning("session of %s crashed, serving on: %s",
+                                                       addr, e)
+                os.chdir(cwd)
+                conn.close()  # type: ignore[attr-defined]
 
-    def guarded(conn: object, addr: object, opts: object, load_library: object) -> None:
-        cwd = os.getcwd()
-        try:
-            serving(conn, addr, opts, load_library)
-        except RuntimeError as e:  # "Child process N exited unsuccessfully with error code -11"
-            logging.getLogger("RPCServer").warning("session of %s crashed, serving on: %s",
-                                                   addr, e)
-            os.chdir(cwd)
-            conn.close()  # type: ignore[attr-defined]
+        return guarded
 
-    server._serving = guarded
+    wrap_serving(guard)
 
 
 RUNTIME_ONLY = {"TVM_USE_RUNTIME_LIB": "1"}  # TVM loads libtvm_runtime.so and nothing else
@@ -67,9 +68,10 @@ def runtime_only() -> None:
     app does (no compiler, no linker: a candidate must come linked). Raises RuntimeError
     when TVM's compiler is already loaded here (too late to be a phone)."""
     import os
-    import sys
 
-    if "tvm" in sys.modules and not sys.modules["tvm"].base._RUNTIME_ONLY:
+    from farm.devices.tvmapi import compiler_loaded
+
+    if compiler_loaded():
         raise RuntimeError("TVM's compiler is loaded in this process: it cannot be a phone")
     os.environ.update(RUNTIME_ONLY)
 
@@ -90,14 +92,13 @@ def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[st
     in this process), on TVM's runtime library only; `before` runs first
     (farm/devices/phone.py's slow sessions)."""
     runtime_only()
-    from tvm.rpc.server import PopenRPCServerState
+    from farm.devices.tvmapi import rpc_server_state
 
     if before is not None:
         before()
     _survive_crashed_sessions()
-    state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker, key=key,
-                                custom_addr=custom_addr)
-    PopenRPCServerState.current = state  # held, as TVM's PopenWorker does
+    state = rpc_server_state(host, port, port_end, tracker_addr=tracker, key=key,
+                             custom_addr=custom_addr)
     state.thread.join()
 
 

@@ -1,0 +1,101 @@
+"""TVM's private parts the farm relies on, in one place, checked against the pinned TVM.
+
+TVM 0.27 (apache-tvm 0.27.0.post1) offers no public way to do a few things the farm needs:
+build a candidate in a warm process with MetaSchedule's own build-and-export step, run
+TVM's RPC server and tracker in this process (not in a second Python), survive a crashed
+session, slow a phone's sessions down, and tell whether only TVM's runtime is loaded. Each
+is reached here and nowhere else. `problems()` says, in one line each, what the installed
+TVM no longer has as the farm expects it; `tests/unit/test_tvmapi.py` fails with those
+lines, so an upgrade says where it breaks before any job does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# (module, attribute, the parameters the farm passes, in order): what each use expects
+EXPECTED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("tvm.s_tir.meta_schedule.builder.local_builder", "_serialize_params", ("params",)),
+    ("tvm.s_tir.meta_schedule.builder.local_builder", "_worker_func",
+     ("_f_build", "_f_export", "mod", "target", "params")),
+    ("tvm.rpc.server", "_serving", ("sock", "addr", "opts", "load_library")),
+    ("tvm.rpc.server", "_server_env", ("load_library", "work_path")),
+    ("tvm.rpc.server", "PopenRPCServerState",
+     ("self", "host", "port", "port_end", "is_proxy", "tracker_addr", "key", "load_library",
+      "custom_addr")),
+    ("tvm.rpc.tracker", "PopenTrackerServerState", ("self", "host", "port", "port_end",
+                                                    "silent")),
+    ("tvm.base", "_RUNTIME_ONLY", ()),
+)
+
+
+def _get(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
+
+
+def problems() -> list[str]:
+    """What the installed TVM lacks or has changed of EXPECTED, one line each (empty: all
+    as the farm expects)."""
+    out = []
+    for module, name, params in EXPECTED:
+        try:
+            obj = _get(module, name)
+        except (ImportError, AttributeError) as e:
+            out.append(f"{module}.{name} is gone ({e}): the farm's use of it needs a rewrite")
+            continue
+        if not params:
+            continue
+        target = obj.__init__ if inspect.isclass(obj) else obj
+        have = tuple(inspect.signature(target).parameters)
+        if have[:len(params)] != params:
+            out.append(f"{module}.{name} now takes {have}, the farm passes {params}")
+    return out
+
+
+# --- the uses ---------------------------------------------------------------------------
+def serialize_params(params: Any) -> Any:
+    """MetaSchedule's LocalBuilder: a build input's params, as its build processes take them."""
+    return _get("tvm.s_tir.meta_schedule.builder.local_builder", "_serialize_params")(params)
+
+
+def build_and_export(f_build: Any, f_export: Any, mod: Any, target: Any, params: Any) -> str:
+    """MetaSchedule's LocalBuilder's work in a build process: build, export, the path."""
+    return _get("tvm.s_tir.meta_schedule.builder.local_builder", "_worker_func")(
+        f_build, f_export, mod, target, params)
+
+
+def wrap_serving(wrapper: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
+    """Replace the RPC server's per-connection `_serving(sock, addr, opts, load_library)`
+    with `wrapper(original)` (in this process: the server it starts uses it)."""
+    server: Any = importlib.import_module("tvm.rpc.server")
+    server._serving = wrapper(server._serving)
+
+
+def wrap_server_env(wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace the RPC server's per-session `_server_env(load_library, work_path=None)`
+    (which registers a session's `tvm.rpc.server.*` functions) with `wrapper(original)`."""
+    server: Any = importlib.import_module("tvm.rpc.server")
+    server._server_env = wrapper(server._server_env)
+
+
+def rpc_server_state(*args: Any, **kwargs: Any) -> Any:
+    """TVM's RPC server, run in this process (what its PopenWorker runs in a second one)."""
+    cls = _get("tvm.rpc.server", "PopenRPCServerState")
+    state = cls(*args, **kwargs)
+    cls.current = state  # held, as TVM's PopenWorker does
+    return state
+
+
+def tracker_server_state(*args: Any, **kwargs: Any) -> Any:
+    """TVM's RPC tracker, run in this process."""
+    return _get("tvm.rpc.tracker", "PopenTrackerServerState")(*args, **kwargs)
+
+
+def compiler_loaded() -> bool:
+    """Has this process loaded TVM with its compiler (not TVM's runtime library only)?"""
+    tvm = sys.modules.get("tvm")
+    return tvm is not None and not tvm.base._RUNTIME_ONLY
