@@ -391,7 +391,7 @@ def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any,
     return RoundResult(
         job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
         host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
-        duplicates=counters.duplicates + skipped, single_schedule=single,
+        duplicates=counters.duplicates, skipped_stored=skipped, single_schedule=single,
         failures=dict(counters.failures), errors=dict(counters.errors),
         device_lost=counters.device_lost,
         best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,

@@ -122,7 +122,8 @@ class RoundResult(_Message):
     measured: int  # new records this round committed (valid + failed kernels)
     valid: int
     requested: int = 0  # trials the round asked MetaSchedule for
-    duplicates: int = 0  # candidates measured again that the store already had
+    duplicates: int = 0  # candidates measured twice: the store had them (as the store counts)
+    skipped_stored: int = 0  # candidates the search proposed that the store had: not measured
     failures: dict[str, int] = field(default_factory=dict)  # class -> count
     errors: dict[str, str] = field(default_factory=dict)  # class -> its first message, brief
     device_lost: int = 0

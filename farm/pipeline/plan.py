@@ -163,7 +163,7 @@ def _verdict(store: RecordStore, req: RoundRequest, result: RoundResult, job: Jo
         best_effort(store.mark_exhausted, req.workload_key, count)
         return "exhausted", "one possible schedule: measured once", {"single_schedule": True}
     if (not result.skipped and result.device_lost == 0
-            and result.measured + result.duplicates < result.requested):
+            and result.measured + result.duplicates + result.skipped_stored < result.requested):
         # MetaSchedule stopped before the trials asked for: no new candidate is left.
         best_effort(store.mark_exhausted, req.workload_key, count)
         if count == 0:  # e.g. adaptive pooling with uneven windows: no sample passes its rules
