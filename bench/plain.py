@@ -46,6 +46,7 @@ def main() -> int:
     from farm.local import services
     from farm.pipeline import compile as fc
     from farm.pipeline import extract, ingest
+    from farm.tir.module import load_mod
 
     profile = bench_profile(1)  # the target the farm tunes: this CPU as mcpu
     bundle = ingest.load(Path(args.model), threads=1)
@@ -61,7 +62,7 @@ def main() -> int:
         wait_for_phones(tracker, "bench", args.phones, 60)
         host, port = tracker.split(":")
         t_tune = time.monotonic()
-        contexts = [ms.TuneContext(mod=extract.load_mod(t), target=target,
+        contexts = [ms.TuneContext(mod=load_mod(t), target=target,
                                    space_generator="post-order-apply",
                                    search_strategy="evolutionary", task_name=t.name)
                     for t in ex.tasks]

@@ -1,6 +1,6 @@
 """How well a round ranks the candidates of a workload the key's model never saw, after its
 first batch: the key's model alone, the key's model corrected by the batch (what a round
-does, workers/costmodel.py RankedModel), and a model of the batch alone. No tuning: it
+does, workers/round/costmodel.py RankedModel), and a model of the batch alone. No tuning: it
 reads the records of a farm home's store (e.g. bench/warm_model.py's filled home).
 
     python bench/ranking.py --home DIR [--first 16] [--min-records 48] [--out FILE]
@@ -53,7 +53,7 @@ def own_only(xs: list[np.ndarray], ys: np.ndarray, rest: list[np.ndarray]) -> np
 
 
 def features(store: Any, wk: str, recs: list[Any]) -> dict[str, np.ndarray]:
-    from workers import costmodel
+    from workers.round import costmodel
 
     cached = store.features(wk)
     missing = [r for r in recs if r.candidate not in cached]
@@ -65,7 +65,7 @@ def features(store: Any, wk: str, recs: list[Any]) -> dict[str, np.ndarray]:
 
 
 def evaluate(store: Any, mkey: str, wk: str, first: int) -> dict[str, Any] | None:
-    from workers import costmodel
+    from workers.round import costmodel
 
     recs = sorted(store.records(wk), key=lambda r: r.measured_at)
     feats = features(store, wk, recs)

@@ -15,7 +15,7 @@ real phones, so their device key (`slow-phone`, a farm.toml the bench writes) is
 Configurations, one after another (never two at once):
 - 1, 2, 4, 8 phones on one host;
 - 1 host with 2 phones vs 2 hosts with 2 phones each (each host its own tracker and worker),
-  the 2 hosts once with hand-off at a job's tail (workers/handoff.py) and once without;
+  the 2 hosts once with hand-off at a job's tail (workers/round/handoff.py) and once without;
 - a mix on one host: 2 phones at `--delay-s` and 2 at a quarter of it.
 
 Per configuration: job trials/min over the tuning phase (first round sent -> last task done,
@@ -46,7 +46,7 @@ KEY = "slow-phone"
 def slow_phone_profile(work: Path) -> Path:
     """The bench's phones stand for real slow phones: a device key of their own whose
     profile is not `host_cpu` (a real phone's measurement takes none of the host's cores, so
-    the worker's rules for devices of their own apply: workers/gate.py, measure.py), with
+    the worker's rules for devices of their own apply: workers/round/gate.py, measure.py), with
     this CPU as the target (the emulated phones run its code). Returns the farm.toml."""
     from farm.devices.hostcpu import system_cpu
 

@@ -1,9 +1,9 @@
 """Warm vs cold: trials until a new workload is within 10 % of its best, with and without the
-key's cost model (workers/costmodel.py), measured side by side in one run.
+key's cost model (workers/round/costmodel.py), measured side by side in one run.
 
 The warm store holds 32 random, measured candidates of each of 5 matmuls
 (tests/integration/test_costmodel.py's TRAIN shapes); the cold store holds nothing. Each
-held-out matmul is then tuned by the farm's own rounds (workers.measure.run_round: real
+held-out matmul is then tuned by the farm's own rounds (workers.round.measure.run_round: real
 tracker, one real emulated phone, 4 rounds of 8 trials) once against each store, the sides
 alternating. A workload's reference best is the better of the two sides' bests; "trials to
 10 %" is the first trial (in measuring order) whose best so far is within 10 % of it.
@@ -36,7 +36,7 @@ BATCH = 8
 
 def tune(store, task, tracker: str, rounds: int, side: str) -> list[float]:
     """The best run time so far after each trial, in measuring order."""
-    from workers.measure import WorkerContext, run_round
+    from workers.round.measure import WorkerContext, run_round
 
     ctx = WorkerContext(config=FarmConfig(device_wait_s=60), tracker=tracker, host="bench")
     ranked = []
@@ -71,8 +71,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).with_name("warm.md")))
     args = ap.parse_args()
     from farm.devices.intrinsics import load_for
-    from workers import costmodel
-    from workers.builder import WarmBuilder
+    from workers.round import costmodel
+    from workers.round.builder import WarmBuilder
 
     load_for("llvm")
     profile = resolve_profile("cpu-local", {})

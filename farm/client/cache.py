@@ -20,11 +20,12 @@ from farm.core.failures import brief
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
 from farm.core.traces import trace_problem
-from farm.pipeline.blocknames import canonical_module, translation
-from farm.pipeline.extract import load_mod, workload_key
-from farm.pipeline.finalize import write_best_log
+from farm.jobs.finalize import write_best_log
+from farm.pipeline.extract import workload_key
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import FAILED_RUN_SECS, valid_secs
+from farm.tir.blocknames import canonical_module, translation
+from farm.tir.module import load_mod
 
 
 def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str, Any]]:

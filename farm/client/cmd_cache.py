@@ -28,7 +28,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     """Measure the stored bests again on a phone of the key and print the drift."""
     from farm.pipeline.job import tuned_profile
     from farm.store import open_store
-    from workers.verify import DRIFT_WARN, verify_bests
+    from workers.round.verify import DRIFT_WARN, verify_bests
 
     config = config_of(args, broker_url=args.broker, device_key=args.device_key)
     profile = tuned_profile(config, report)

@@ -17,7 +17,7 @@ from farm.devices.lean import without_torch
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.main import run_worker  # the CLI is the one place that starts a worker
+    from workers.host.main import run_worker  # the CLI is the one place that starts a worker
 
     config = config_of(args, broker_url=args.broker, redis_url=args.redis,
                      worker_concurrency=args.concurrency, metrics_port=args.metrics_port,

@@ -10,6 +10,6 @@ the compose file set them), never on a command line.
 from __future__ import annotations
 
 from farm.core.config import load_config
-from farm.pipeline.dispatch import make_app
+from farm.jobs.dispatch import make_app
 
 app = make_app(load_config())

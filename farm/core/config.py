@@ -41,7 +41,7 @@ class FarmConfig:
     phone_lost_window_s: float = 600.0
     phone_aside_s: float = 300.0
     # the broker's visibility timeout: a last resort only. A lost round comes back through the
-    # supervisor (workers/supervisor.py) within a host TTL, whatever this is.
+    # supervisor (farm/jobs/supervisor.py) within a host TTL, whatever this is.
     round_timeout_s: float = 1800.0
     supervisor_interval_s: float = 5.0  # how often the leading supervisor sweeps the jobs
     # a host whose heartbeat is older than this has left the farm, and a running round's
@@ -63,14 +63,14 @@ class FarmConfig:
     # slow host gains from fewer, a long job on fast phones from more
     search_population: int = 512
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
-    # none (workers/handoff.py); 0: a round always ends where it started
+    # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
     # a workload the store has never measured measures first up to this many of its
-    # relatives' best schedules, replayed on it (workers/transfer.py); 0 (default): never.
+    # relatives' best schedules, replayed on it (workers/round/transfer.py); 0 (default): never.
     # Off by default: TVM's evolutionary search then crashed on some seeded rounds
     # ("old_outputs.size() == new_outputs.size()", 9 of ~20 rounds of a CNN + MobileNet fill)
     transfer_seeds: int = 0
-    # a worker's Prometheus /metrics (workers/metrics.py); 0: not served. Loopback unless told
+    # a worker's Prometheus /metrics (workers/host/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)

@@ -48,7 +48,7 @@ def unverified(wk: str) -> str:
 
 
 def features(wk: str) -> str:
-    """Hash: candidate hash -> its cost-model features (cached; workers/costmodel.py)."""
+    """Hash: candidate hash -> its cost-model features (cached; workers/round/costmodel.py)."""
     return key_for("wl", wk, "features")
 
 
@@ -159,7 +159,7 @@ def host_pattern() -> str:
 
 
 def handoff(device_key: str, host_name: str) -> str:
-    """String: a round handed the rest of its trials to this idle host (workers/handoff.py);
+    """String: a round handed the rest of its trials to this idle host (workers/round/handoff.py);
     expires once the host's heartbeats can show it busy."""
     return key_for("handoff", device_key, host_name)
 

@@ -308,7 +308,7 @@ def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
     private_dir(data_dir)
     listed = ", ".join(f'"{t}"' for t in targets)
     conf = write_private(data_dir / "prometheus.yml", (
-        "# written by `farm up`: its worker's /metrics (workers/metrics.py)\n"
+        "# written by `farm up`: its worker's /metrics (workers/host/metrics.py)\n"
         "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\n"
         "scrape_configs:\n  - job_name: tunefarm\n"
         f"    static_configs:\n      - targets: [{listed}]\n"))

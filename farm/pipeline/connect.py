@@ -10,7 +10,7 @@ from typing import Any
 
 from farm.core.config import FarmConfig
 from farm.core.profiles import resolve_profile
-from farm.pipeline.dispatch import make_app
+from farm.jobs.dispatch import make_app
 from farm.pipeline.preflight import check_embedded, wait_for_devices
 from farm.store import RecordStore, open_store
 

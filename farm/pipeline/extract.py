@@ -16,8 +16,8 @@ from typing import Any
 from farm.core.errors import ExtractError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
-from farm.pipeline.blocknames import canonical_module
 from farm.pipeline.foldbn import fold_batch_norm
+from farm.tir.blocknames import canonical_module
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,3 @@ def _flop(mod: Any) -> float:
     except Exception:  # noqa: BLE001 - FLOPs are informational
         return 0.0
 
-
-def load_mod(task: TuneTask) -> Any:
-    """The task's TIR IRModule back from its TVM JSON."""
-    import tvm
-
-    return tvm.ir.load_json(task.mod_json)

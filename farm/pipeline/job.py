@@ -24,14 +24,14 @@ from farm.core.errors import UnmeasuredError, UsageError
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
+from farm.jobs import finalize as finalize_stage
+from farm.jobs import plan as plan_stage
+from farm.jobs.dispatch import send_round
 from farm.pipeline import compile as compile_stage
 from farm.pipeline import extract as extract_stage
-from farm.pipeline import finalize as finalize_stage
 from farm.pipeline import ingest as ingest_stage
-from farm.pipeline import plan as plan_stage
 from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
-from farm.pipeline.dispatch import send_round
 from farm.pipeline.options import SubmitOptions
 from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
 from farm.pipeline.summary import default_times, make_summary, phone_section

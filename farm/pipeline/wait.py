@@ -22,7 +22,7 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 0.25,
                  view: View | None = None, full_grace_s: float = 35.0) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed. Only waits
-    and reads: the farm's supervisor (workers/supervisor.py) re-sends lost rounds and
+    and reads: the farm's supervisor (farm/jobs/supervisor.py) re-sends lost rounds and
     finalizes the job, client or no client. `view`: called at every poll instead of
     reporting a line per change (the client's live view of the tasks). A store that stays
     full for `full_grace_s` (a supervisor sweep and a host TTL: nobody can write the job's

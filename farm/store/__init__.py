@@ -22,7 +22,7 @@ def open_store(url: str | None) -> RecordStore:
 
 
 def open_broker(url: str) -> Any:
-    """A Redis client of the broker, to read its queue lists (farm/pipeline/dispatch.py reads
+    """A Redis client of the broker, to read its queue lists (farm/jobs/dispatch.py reads
     them by the names kombu gives them). Only farm/store/ opens Redis connections."""
     import redis
 

@@ -15,5 +15,5 @@ def candidate_hash(record_json: list[Any]) -> str:
 
 
 # TVM's default schedule of any workload: the function unscheduled, a trace that only gets its
-# root block (workers/search.py measures it with a workload's first batch on a CPU)
+# root block (workers/round/search.py measures it with a workload's first batch on a CPU)
 DEFAULT_SCHEDULE = candidate_hash([[[["GetSBlock", [], ["root", "main"], ["b0"]]], []]])

@@ -24,7 +24,7 @@ class HostBeat(_Message):
     cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
     addresses: dict[str, list[str]] = field(default_factory=dict)  # key -> its phones' host:port
     rounds: dict[str, int] = field(default_factory=dict)  # key -> its rounds running (gated hosts)
-    machine: str = ""  # host name, boot id and PID namespace of its process (workers/fence.py)
+    machine: str = ""  # host name, boot id and PID namespace of its process (farm/jobs/fence.py)
 
 
 def registered_phones(hosts: list[HostBeat], key: str) -> dict[str, str]:

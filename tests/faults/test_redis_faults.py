@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from farm.pipeline.dispatch import queue_lists
+from farm.jobs.dispatch import queue_lists
 from tests.faults.conftest import (
     check_store,
     job_counts,

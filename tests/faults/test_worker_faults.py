@@ -78,7 +78,7 @@ def test_pool_child_killed_mid_round(healthy, tmp_path):
 
 
 def test_a_round_that_kills_its_process_every_time_fails_its_task(healthy, tmp_path):
-    from workers.fence import POISON_AFTER
+    from farm.jobs.fence import POISON_AFTER
 
     model = tiny_model(tmp_path / "poison.pt2", width=56, layers=1)
     proc = start_submit(healthy, model, tmp_path / "out", tmp_path / "home", trials=8)

@@ -1,4 +1,4 @@
-"""A job's tail spreads over the hosts (workers/handoff.py): host A runs both rounds of a job
+"""A job's tail spreads over the hosts (workers/round/handoff.py): host A runs both rounds of a job
 at once, host B starts with idle phones of the same key and an empty queue, and one of A's
 rounds hands B the rest of its trials.
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 KEY = "slowtest"
 # not on the host's CPU (host_cpu false): the gate runs two rounds of the key at once from the
-# start (workers/gate.py); a small population keeps each batch's search short
+# start (workers/round/gate.py); a small population keeps each batch's search short
 TOML = f"""[profiles.{KEY}]
 target = {{ kind = "llvm" }}
 host_cpu = false

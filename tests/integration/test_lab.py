@@ -351,7 +351,7 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
     from celery.result import AsyncResult
 
     from farm.core.config import load_config
-    from farm.pipeline.dispatch import make_app
+    from farm.jobs.dispatch import make_app
 
     model = mlp_model(tmp_path / "progress.pt2", [30, 15])
     wait_devices(lab, tmp_path, {HOST1, HOST2})

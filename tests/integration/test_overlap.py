@@ -2,7 +2,7 @@
 while another's batch is on the phones; and a fast phone measures more than a slow one (each
 session takes a free phone). Real Redis, tracker, two slow phones (they add a fixed delay to
 every measurement, like a real phone's upload and run: 1 s and 0.25 s) and one worker with
-the automatic gate (workers/gate.py): its first round runs alone (nothing is measured yet
+the automatic gate (workers/round/gate.py): its first round runs alone (nothing is measured yet
 and the phones are emulated on its CPU); once the phones' and the host's speeds are
 measured, the phones are the slower, and rounds run at once."""
 

@@ -16,8 +16,8 @@ from farm.devices.tracker import wait_for_phones
 from farm.local import services
 from farm.store import open_store
 from farm.store.phones import PhoneSpan
-from workers import phonelog
-from workers.phonelog import LostPolicy, PhoneLog
+from workers.round import phonelog
+from workers.round.phonelog import LostPolicy, PhoneLog
 
 pytestmark = pytest.mark.integration
 KEY = "flaky"
@@ -166,7 +166,7 @@ def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
 
 def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
     """Two rounds' batches on the same phones are served one after the other, the older first
-    (workers/turns.py): side by side, both would end together and both rounds would then
+    (workers/round/turns.py): side by side, both would end together and both rounds would then
     search while every phone waits. Without the turns, the younger batch's requests, queued
     at the tracker, take each phone the older batch frees; counting the older batch's
     measurements when they asked rather than when granted, its last request could lose a
@@ -175,13 +175,13 @@ def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
     import threading
 
     from farm.devices.tracker import request_session
-    from workers.turns import Turns, settle
+    from workers.round.turns import Turns, settle
 
     order: list[str] = []
     lock = threading.Lock()
 
     def measure(name: str, turns: Turns, ticket: str, ask_s: float) -> None:
-        turns.wait(ticket)  # as the runner's pool does before a call (workers/procs.py)
+        turns.wait(ticket)  # as the runner's pool does before a call (workers/round/procs.py)
         try:
             time.sleep(ask_s)  # a request takes a while to reach the tracker (a helper process)
             session, _phone = request_session(tracker, KEY, 30, turns.priority)

@@ -1,4 +1,4 @@
-"""A round process's builds and measurements share TVM's helper processes (workers/procs.py):
+"""A round process's builds and measurements share TVM's helper processes (workers/round/procs.py):
 real `tvm.exec.popen_worker` processes, each call on an idle one, a deadline that kills only
 the process that overran, and the round's builder and runner wired to the same set."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.helpers import tvm_children_without_torch
-from workers.procs import Processes
+from workers.round.procs import Processes
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_a_call_past_its_deadline_kills_only_its_process_which_comes_back(proces
 def test_a_rounds_builder_and_runner_share_one_set(tmp_path):
     from farm.core.config import load_config
     from farm.core.profiles import resolve_profile
-    from workers.measure import WorkerContext
+    from workers.round.measure import WorkerContext
 
     ctx = WorkerContext(config=load_config({}, env={"FARM_HOME": str(tmp_path)}),
                         tracker="127.0.0.1:9")

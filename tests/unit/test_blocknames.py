@@ -9,10 +9,10 @@ import pytest
 from farm.client import cache
 from farm.core.messages import TuneTask
 from farm.core.profiles import resolve_profile
-from farm.pipeline.blocknames import block_names, canonical, canonical_module, translate
+from farm.jobs.finalize import write_best_log
 from farm.pipeline.extract import workload_key
-from farm.pipeline.finalize import write_best_log
 from farm.store import StoredRecord, candidate_hash, open_store
+from farm.tir.blocknames import block_names, canonical, canonical_module, translate
 
 
 def matmul(a_name: str, out_name: str, n: int = 16):

@@ -180,7 +180,7 @@ def test_search_population_is_a_setting_that_reaches_the_search():
     assert load_config(env={"FARM_SEARCH_POPULATION": "64"}).search_population == 64
     with pytest.raises(UsageError, match="search_population must be >= 1"):
         load_config(env={"FARM_SEARCH_POPULATION": "0"})
-    from workers.search import evolutionary
+    from workers.round.search import evolutionary
 
     small = evolutionary(8)  # fewer schedules than MetaSchedule's init_min_unmeasured (50)
     assert small.population_size == 8 and small.init_min_unmeasured == 8

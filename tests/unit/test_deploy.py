@@ -45,8 +45,8 @@ def test_deploy_files_exist_and_workers_need_no_torch():
 def test_worker_side_imports_without_torch():
     """Worker hosts install no torch: nothing on the worker's path may import it."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import workers.app, workers.measure, workers.main, workers.heartbeat\n"
-            "import farm.client.cli, farm.pipeline.compile, farm.pipeline.finalize, farm.pipeline.extract, farm.client.doctor\n")
+            "import workers.host.app, workers.round.measure, workers.host.main, workers.host.heartbeat\n"
+            "import farm.client.cli, farm.pipeline.compile, farm.jobs.finalize, farm.pipeline.extract, farm.client.doctor\n")
     import sys
 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -81,14 +81,14 @@ def test_compose_keeps_secrets_off_command_lines():
 
 
 def test_the_dashboard_asks_only_for_metrics_a_worker_serves():
-    """Every metric deploy/grafana/tunefarm.json queries is one workers/metrics.py defines."""
+    """Every metric deploy/grafana/tunefarm.json queries is one workers/host/metrics.py defines."""
     import json
     import re
 
     board = json.loads((ROOT / "deploy" / "grafana" / "tunefarm.json").read_text())
     exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
     asked = {m for e in exprs for m in re.findall(r"\btunefarm_\w+", e)}
-    served = set(re.findall(r'"(tunefarm_\w+)"', (ROOT / "workers" / "metrics.py").read_text()))
+    served = set(re.findall(r'"(tunefarm_\w+)"', (ROOT / "workers" / "host" / "metrics.py").read_text()))
     served |= {f"{name}_total" for name in served}  # counters are exposed with _total
     assert asked and asked <= served, asked - served
     scrape = (ROOT / "deploy" / "prometheus.yml").read_text()

@@ -1,11 +1,11 @@
 """What a user reads of a failed candidate (farm/core/failures.py) and when a job failed
-(farm/pipeline/finalize.py: unmeasured)."""
+(farm/jobs/finalize.py: unmeasured)."""
 
 from __future__ import annotations
 
 from farm.core.failures import brief, fix_for
 from farm.core.messages import JobSpec
-from farm.pipeline.finalize import unmeasured
+from farm.jobs.finalize import unmeasured
 from farm.store import TaskState
 
 RPC_ERROR = """RPCRunner: An exception occurred
@@ -13,7 +13,7 @@ Traceback (most recent call last):
   File "/site-packages/tvm/s_tir/meta_schedule/runner/rpc_runner.py", line 389, in _worker_func
     rt_mod: Module = f_upload_module(session, local_path, remote_path)
                      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "/work/workers/phonelog.py", line 104, in upload_module
+  File "/work/workers/round/phonelog.py", line 104, in upload_module
     return default_upload_module(session, local_path, remote_path)
 tvm.error.RPCError: Error caught from RPC call:
   File "/workspace/tvm/src/runtime/rpc/rpc_endpoint.cc", line 410

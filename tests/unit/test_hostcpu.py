@@ -67,7 +67,7 @@ def foreign_cpu() -> str:
 
 @x86
 def test_a_worker_refuses_a_round_its_cpu_cannot_run():
-    from workers.measure import check_cpu
+    from workers.round.measure import check_cpu
 
     profile = resolve_profile("cpu-local")
     cpu = foreign_cpu()

@@ -1,4 +1,4 @@
-"""How many rounds a worker host runs at once (workers/gate.py): from the measured speeds of
+"""How many rounds a worker host runs at once (workers/round/gate.py): from the measured speeds of
 its phones and of itself, one at a time where fast phones share its CPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 from farm.core.config import load_config
 from farm.core.cores import usable_cores
 from farm.devices.tracker import this_host_addresses
-from workers.gate import Gate, pool_size, rounds_at_once
+from workers.round.gate import Gate, pool_size, rounds_at_once
 
 
 def test_two_rounds_keep_the_slower_side_busy_one_where_fast_phones_share_the_cpu():
@@ -126,8 +126,8 @@ def test_a_rounds_search_threads_follow_where_its_phones_run(tmp_path):
     key's other round has its batch on the phones meanwhile); phones on this host's CPU:
     the cores / the rounds at once, leaving cores to measure on."""
     from farm.core.profiles import DeviceProfile
-    from workers.gate import Gate
-    from workers.measure import WorkerContext
+    from workers.round.gate import Gate
+    from workers.round.measure import WorkerContext
 
     ctx = WorkerContext(config=load_config(env={"FARM_SEARCH_CORES": "0"}), tracker="t:1")
     ctx.gate, ctx.rounds_at_once = Gate(str(tmp_path / "one-key"), pool=2), 2

@@ -1,5 +1,5 @@
 from farm.core.messages import TuneTask
-from farm.pipeline.plan import plan
+from farm.jobs.plan import plan
 from farm.store import StoredRecord, open_store
 
 
@@ -22,7 +22,7 @@ def test_plan_asks_only_for_missing_trials():
 
 
 def test_stopped_early():
-    from farm.pipeline.plan import stopped_early
+    from farm.jobs.plan import stopped_early
 
     assert not stopped_early([10.0, 9.0], 2)
     assert stopped_early([10.0, 9.0, 9.0, 9.0], 2)
@@ -31,7 +31,7 @@ def test_stopped_early():
 
 
 def test_next_task_prefers_weighty_slow_improving_tasks():
-    from farm.pipeline.plan import next_task
+    from farm.jobs.plan import next_task
 
     ready = {"small": (1, [10.0, 9.9]), "heavy": (4, [100.0, 50.0]), "failed": (9, [])}
     assert next_task(ready) == "heavy"
@@ -40,7 +40,7 @@ def test_next_task_prefers_weighty_slow_improving_tasks():
 
 
 def test_a_job_budget_is_split_over_the_tasks_that_need_trials():
-    from farm.pipeline.plan import split_budget
+    from farm.jobs.plan import split_budget
 
     store = open_store("memory://")
     for i in range(6):  # "a" holds 6 of its 8 trials already
@@ -61,7 +61,7 @@ def test_a_round_that_found_no_candidate_at_all_says_so():
     """An operator MetaSchedule proposes nothing for (adaptive pooling with uneven windows, seen
     on an unseen model) was reported as "search space exhausted after 0 distinct candidates"."""
     from farm.core.messages import RoundRequest, RoundResult
-    from farm.pipeline.plan import _verdict
+    from farm.jobs.plan import _verdict
 
     store = open_store("memory://")
     req = RoundRequest(job_id="j", workload_key="w", task_name="pool", round_index=0, trials=2,

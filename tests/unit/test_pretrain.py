@@ -59,7 +59,7 @@ def test_cost_model_is_trained_on_stored_records():
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from workers.costmodel import pretrained_cost_model
+    from workers.round.costmodel import pretrained_cost_model
 
     store = open_store("memory://")
     wk, mod, target, truth = seed(store)
@@ -81,7 +81,7 @@ def test_cost_model_is_trained_on_stored_records():
 def test_no_records_gives_an_untrained_model():
     from tvm.s_tir.meta_schedule.database import Workload
 
-    from workers.costmodel import pretrained_cost_model
+    from workers.round.costmodel import pretrained_cost_model
 
     store = open_store("memory://")
     mod = matmul_mod(16)

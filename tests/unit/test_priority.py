@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from farm.core.config import load_config
 from farm.core.messages import PRIORITIES, RoundRequest
-from farm.pipeline.dispatch import make_app, queue_for, queued_rounds, send_round
+from farm.jobs.dispatch import make_app, queue_for, queued_rounds, send_round
 
 
 def round_of(job: str, priority: str, i: int) -> RoundRequest:

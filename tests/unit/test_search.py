@@ -57,10 +57,10 @@ class CountingInner:
 def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
     from tvm.s_tir import meta_schedule as ms
 
-    from workers.builder import WarmBuilder
-    from workers.callback import RoundCounters, StoreCallback
-    from workers.database import StoreDatabase
-    from workers.search import StoreAwareSearch
+    from workers.round.builder import WarmBuilder
+    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.database import StoreDatabase
+    from workers.round.search import StoreAwareSearch
 
     database = StoreDatabase(store, wk, mod)
     search = StoreAwareSearch(store, wk, database.workload, target, inner=inner, cold=cold)
@@ -138,7 +138,7 @@ def first_one_stored(count):
     from tvm.s_tir.meta_schedule.database import Workload
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.search import record_of
+    from workers.round.search import record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -156,7 +156,7 @@ def test_the_search_never_hands_out_a_stored_candidate():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.search import MAX_KNOWN_BATCHES, StoreAwareSearch, record_of
+    from workers.round.search import MAX_KNOWN_BATCHES, StoreAwareSearch, record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -198,7 +198,7 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.search import StoreAwareSearch, record_of
+    from workers.round.search import StoreAwareSearch, record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -217,10 +217,10 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
 
 def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_told():
     """Stored proposals do not use up a round's trials (it measures `want` new candidates),
-    and a `stop` hook (workers/handoff.py) is asked before every batch after the first."""
+    and a `stop` hook (workers/round/handoff.py) is asked before every batch after the first."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.search import StoreAwareSearch
+    from workers.round.search import StoreAwareSearch
 
     store, workload, target, c = first_one_stored(6)
     inner = FakeInner([[c[0], c[1], c[2]], [c[3], c[4], c[5]], [c[5]]])
@@ -246,14 +246,14 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
 
 
 def test_seeds_are_measured_first_once_and_not_told_to_the_search():
-    """A new workload's relatives' schedules (workers/transfer.py) are the round's first batch:
+    """A new workload's relatives' schedules (workers/round/transfer.py) are the round's first batch:
     those the store does not hold, each once, counted as new candidates of the round; the
     search is not told of them (it did not propose them: the store's best is where it starts),
     and the random first batch of a cold workload is dropped for them."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.search import StoreAwareSearch, record_of
+    from workers.round.search import StoreAwareSearch, record_of
 
     store, workload, target, c = first_one_stored(4)
     asked = []
@@ -281,7 +281,7 @@ def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload
 
     from farm.store import StoredRecord, candidate_hash
     from farm.store.candidates import DEFAULT_SCHEDULE
-    from workers.search import StoreAwareSearch, baseline_candidate, record_of
+    from workers.round.search import StoreAwareSearch, baseline_candidate, record_of
 
     store, workload, target, c = first_one_stored(6)
     base = candidate_hash(record_of(baseline_candidate(workload), workload, target))

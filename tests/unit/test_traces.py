@@ -51,8 +51,8 @@ def test_cache_import_refuses_a_trace_that_links_native_code(tmp_path: Path):
 def test_a_worker_never_builds_a_stored_record_that_links_native_code():
     from tvm.s_tir.meta_schedule.database import Workload
 
-    from farm.pipeline import finalize
-    from workers.database import StoreDatabase, tuning_record
+    from farm.jobs import finalize
+    from workers.round.database import StoreDatabase, tuning_record
 
     profile = resolve_profile("cpu-local")
     store = open_store("memory://")

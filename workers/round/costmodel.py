@@ -40,7 +40,7 @@ from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord
 from farm.store.learned import model_key
 from farm.store.store import FAILED_RUN_SECS
-from workers.database import tuning_record
+from workers.round.database import tuning_record
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dic
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    from farm.pipeline.extract import load_mod
+    from farm.tir.module import load_mod
 
     workload = Workload(load_mod(task))
     context = TuneContext(mod=workload.mod, target=tvm.target.Target(task.target),

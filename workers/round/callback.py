@@ -23,8 +23,8 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from farm.core.failures import brief
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import CULPRIT_AFTER, valid_secs
-from workers.runner import classify_run_error
-from workers.search import record_of
+from workers.round.runner import classify_run_error
+from workers.round.search import record_of
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import Any
 from farm.core.errors import ServiceError, best_effort
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
-from farm.pipeline.dispatch import queue_for
+from farm.jobs.dispatch import queue_for
+from farm.jobs.fence import machine
 from farm.store import RecordStore
 from farm.store.hosts import HostBeat
-from workers.fence import machine
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Heartbeat(threading.Thread):
         self.counted_at = time.monotonic()  # phones' work time is counted up to here
         self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
         self.last_seen: dict[str, float] = {q: time.time() for q in queues}
-        self.gate = gate  # workers/gate.py: the rounds of each key running now
+        self.gate = gate  # workers/round/gate.py: the rounds of each key running now
         self.stopping = threading.Event()
 
     def beat(self) -> None:

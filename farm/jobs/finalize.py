@@ -21,10 +21,10 @@ from farm.core.errors import StoreError, last_line
 from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
 from farm.core.traces import trace_problem
-from farm.pipeline.blocknames import translate
-from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.store import best_of
+from farm.tir.blocknames import translate
+from farm.tir.module import load_mod
 
 log = logging.getLogger(__name__)
 

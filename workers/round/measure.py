@@ -24,10 +24,10 @@ from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import intrinsics
 from farm.devices import tracker as tracker_mod
-from farm.pipeline.extract import load_mod
 from farm.store import RecordStore, TaskState
 from farm.store.store import updated
-from workers.handoff import checker
+from farm.tir.module import load_mod
+from workers.round.handoff import checker
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
@@ -56,8 +56,8 @@ class WorkerContext:
     host: str = field(default_factory=socket.gethostname)
     _builders: dict[str, Any] = field(default_factory=dict)
     _runners: dict[tuple[str, int], Any] = field(default_factory=dict)
-    _processes: Any = None  # workers/procs.py
-    gate: Any = None  # workers/gate.py's Gate: rounds at once follow the measured speeds
+    _processes: Any = None  # workers/round/procs.py
+    gate: Any = None  # workers/round/gate.py's Gate: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
 
     def search_threads(self, profile: DeviceProfile) -> int:
@@ -75,7 +75,7 @@ class WorkerContext:
 
     def processes(self) -> Any:
         """TVM's helper processes, shared by this process's builders and runners."""
-        from workers.procs import for_rounds
+        from workers.round.procs import for_rounds
 
         self._processes = self._processes or for_rounds(self.config.builder_max_uses)
         return self._processes
@@ -85,7 +85,7 @@ class WorkerContext:
         here (a phone holds TVM's runtime only), by this machine's compiler (`local`) or by
         the profile's (`cross`, e.g. the NDK's)."""
         from farm.devices.cross import export_shared, linker
-        from workers.builder import WarmBuilder
+        from workers.round.builder import WarmBuilder
 
         cc = linker(profile)
         slot = f"{profile.export}:{cc or ''}"
@@ -99,8 +99,8 @@ class WorkerContext:
     def runner(self, profile: DeviceProfile, phones: int) -> Any:
         slot = (profile.key, max(1, phones))
         if slot not in self._runners:
-            from workers.phonelog import LostPolicy
-            from workers.runner import BoundedRPCRunner
+            from workers.round.phonelog import LostPolicy
+            from workers.round.runner import BoundedRPCRunner
 
             c = self.config
             self._runners[slot] = BoundedRPCRunner(
@@ -242,14 +242,14 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
 
 
 def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
-    """A slot of the host's gate (workers/gate.py): how many rounds run at once follows the
+    """A slot of the host's gate (workers/round/gate.py): how many rounds run at once follows the
     phones' and the host's measured speed. No gate (a fixed --concurrency): no wait. A round
     that waits for one while another host of the key has no round hands itself over (-1)."""
     import contextlib
 
     if ctx.gate is None:
         return contextlib.nullcontext()
-    from workers.gate import phone_speed, rounds_at_once
+    from workers.round.gate import phone_speed, rounds_at_once
 
     def open_slots() -> int:
         try:
@@ -277,7 +277,7 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
         holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None:
         raise LeaseBusy(holder)
-    from workers.gate import tree_cpu_s
+    from workers.round.gate import tree_cpu_s
 
     cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
     try:
@@ -295,10 +295,10 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from workers.callback import RoundCounters, StoreCallback
-    from workers.costmodel import round_model
-    from workers.database import StoreDatabase
-    from workers.search import round_search
+    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.costmodel import round_model
+    from workers.round.database import StoreDatabase
+    from workers.round.search import round_search
 
     profile = ctx.profile(req.device_key)
     phones = _start(ctx, store, req, prior, profile, task.target)

@@ -17,8 +17,8 @@ from typing import Any
 from farm.core import keys
 from farm.core.errors import best_effort
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult, TuneTask
-from farm.pipeline import finalize as finalize_stage
-from farm.pipeline.dispatch import send_round
+from farm.jobs import finalize as finalize_stage
+from farm.jobs.dispatch import send_round
 from farm.store import RecordStore, TaskState
 from farm.store.store import updated
 

@@ -7,13 +7,13 @@ to the other; the second host's phones waited out the first's last round). So be
 batch after its first, a round asks `hand_to`; it ends after the batches it measured, and
 the workload's next round (the trials still missing) goes to the key's queue, when
 
-- this host runs two or more rounds of the key (its gate's held slots: workers/gate.py),
+- this host runs two or more rounds of the key (its gate's held slots: workers/round/gate.py),
 - another live host with phones of the key runs none (its heartbeat's `rounds`),
 - nothing waits in the key's queue (that host would take it anyway), and
 - the job has per-task budgets (a job budget's planner hands out its rounds itself).
 
 A round still waiting at its host's gate for a slot asks the same, and is handed over whole
-(workers/measure.py `_slot`): a host's pool takes two rounds of a key when its gate may
+(workers/round/measure.py `_slot`): a host's pool takes two rounds of a key when its gate may
 open only one.
 
 One round hands off per idle host until that host's next heartbeat can show it busy (a
@@ -31,7 +31,7 @@ from typing import Any
 
 from farm.core import keys
 from farm.core.messages import RoundRequest
-from farm.pipeline.dispatch import queued_rounds
+from farm.jobs.dispatch import queued_rounds
 from farm.store import RecordStore, open_broker
 
 log = logging.getLogger(__name__)

@@ -31,10 +31,10 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 from farm.core.profiles import DeviceProfile
 from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator
 from farm.devices.tracker import parse_addr
-from workers import phonelog
-from workers.phonelog import LostPolicy, PhoneLog
-from workers.procs import Processes
-from workers.turns import Turns
+from workers.round import phonelog
+from workers.round.phonelog import LostPolicy, PhoneLog
+from workers.round.procs import Processes
+from workers.round.turns import Turns
 
 
 @derived_object
@@ -52,8 +52,8 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
             cooldown_sec=profile.cooldown_s,
             max_workers=max_workers,
         )
-        self.pool.shutdown()  # measures on `processes` (the builder's too: workers/procs.py)
-        # older batches of the key on this host first (workers/turns.py)
+        self.pool.shutdown()  # measures on `processes` (the builder's too: workers/round/procs.py)
+        # older batches of the key on this host first (workers/round/turns.py)
         self.turns = Turns(tracker, profile.key, stale_s=2 * run_timeout_s + 10)
         self.pool: Any = processes.view(max_workers, run_timeout_s)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")

@@ -16,7 +16,7 @@ takes the round's lease in the store (atomic SET-if-free, see farm/store/lease.l
   another copy took it) is told to stop at its next batch.
 
 The lease expires one TTL (the config's host_ttl_s, the heartbeat's) after its process died, so
-the supervisor (workers/supervisor.py) sees the round as not live and sends it again.
+the supervisor (farm/jobs/supervisor.py) sees the round as not live and sends it again.
 
 Thread safety: one `RoundFence` per running copy; `lost` is read by the round's thread.
 """

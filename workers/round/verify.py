@@ -16,11 +16,11 @@ from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
-from farm.pipeline.extract import load_mod
 from farm.store import RecordStore
-from workers.database import tuning_record
-from workers.measure import WorkerContext
-from workers.runner import classify_run_error
+from farm.tir.module import load_mod
+from workers.round.database import tuning_record
+from workers.round.measure import WorkerContext
+from workers.round.runner import classify_run_error
 
 log = logging.getLogger(__name__)
 DRIFT_WARN = 0.2  # a best that measures 20 % away from its stored time is flagged

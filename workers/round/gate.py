@@ -12,7 +12,7 @@ the host work and the host idle while the phones measure. Measured per key:
   since the worker started, kept in the gate's directory).
 
 A round is H then M (the phones serve a key's batches one after the other, oldest first:
-workers/turns.py). Whichever is longer is the bottleneck, and two rounds in flight keep it
+workers/round/turns.py). Whichever is longer is the bottleneck, and two rounds in flight keep it
 busy all the time: while one round is on the bottleneck, the other does its shorter part and
 is ready when the bottleneck frees. More rounds add nothing but contention (bench/scaling.md,
 2026-12-02: 1 + ceil(H / M) rounds on a host-bound 2-core host with 8 phones ran 5 at once and
@@ -40,7 +40,7 @@ from typing import Any
 
 from farm.core.cores import usable_cores
 
-BATCH = 16  # candidates per batch (workers/measure.py's BATCH)
+BATCH = 16  # candidates per batch (workers/round/measure.py's BATCH)
 MAX_POOL = 6
 
 

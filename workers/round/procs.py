@@ -72,9 +72,9 @@ class Processes:
 
 
 def for_rounds(max_uses: int) -> Processes:
-    """The processes of a round process (workers/measure.py): warm for building, recycled
+    """The processes of a round process (workers/round/measure.py): warm for building, recycled
     after `max_uses` calls."""
-    from workers.builder import warm_build_process
+    from workers.round.builder import warm_build_process
 
     return Processes(warm_build_process, max_uses)
 
@@ -82,7 +82,7 @@ def for_rounds(max_uses: int) -> Processes:
 class Executor:
     """At most `width` calls at once on `processes`, each bounded by `timeout_s`. `before` and
     `after` (as they were when the call was submitted) run around the call, outside its
-    deadline: the runner's turn for its batch (workers/turns.py) waits in `before`, and
+    deadline: the runner's turn for its batch (workers/round/turns.py) waits in `before`, and
     `after` says the call is over, however it ended."""
 
     def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:

@@ -14,7 +14,7 @@ random) gets its first batch from plain random sampling of the design space
 per batch evolving random samples under random scores, which is random sampling
 too, only slower. From the second batch on, the evolutionary search runs as
 usual, starting from the first batch's measurements. A cold workload seeded with its
-relatives' best schedules (workers/transfer.py) measures those instead of the random batch:
+relatives' best schedules (workers/round/transfer.py) measures those instead of the random batch:
 the evolutionary search then starts from them.
 
 TVM's default schedule of the workload (its TIR as lowered, no schedule: what an untuned
@@ -43,7 +43,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStra
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.store import FAILED_RUN_SECS
-from workers.database import tuning_record
+from workers.round.database import tuning_record
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
@@ -117,7 +117,7 @@ class StoreAwareSearch(PySearchStrategy):
         # new candidates the round measures (0: as many as the search proposes); the search
         # is given more trials than this (measure.py), as stored proposals use up its trials
         self.want = want
-        # asked before every batch after the first: True ends the round there (workers/handoff.py)
+        # asked before every batch after the first: True ends the round there (workers/round/handoff.py)
         self.stop = stop
         self._batch: tuple[list[Any], dict[int, StoredRecord], dict[int, int], list[int]] | None = None
         self.cold = cold
@@ -129,7 +129,7 @@ class StoreAwareSearch(PySearchStrategy):
         self.verify = list(verify or [])
         self.tvm_version = tvm_version
         self._own_batch = False  # the batch is verify records or seeds: not the search's
-        # a function of the TuneContext making the first candidates (workers/transfer.py)
+        # a function of the TuneContext making the first candidates (workers/round/transfer.py)
         self.seed = seed
         self.context: Any = None
         # TVM's default schedule still to measure with the first batch (once per workload)
@@ -320,11 +320,11 @@ def round_search(store: RecordStore, task: Any, workload: Workload, target: Any,
                  stop: Any = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
-    (workers/transfer.py), imported records verified first; on a CPU, TVM's default schedule
+    (workers/round/transfer.py), imported records verified first; on a CPU, TVM's default schedule
     with the first batch (a GPU function needs a schedule to build at all)."""
     import tvm
 
-    from workers.transfer import seeds
+    from workers.round.transfer import seeds
 
     return StoreAwareSearch(store, task.workload_key, workload, target,
                             inner=evolutionary(config.search_population),

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from farm.core.errors import ServiceError
-from farm.pipeline.dispatch import queued_rounds
+from farm.jobs.dispatch import queued_rounds
 from farm.store import RecordStore
 from farm.store.store import total_counts
 

@@ -1,7 +1,7 @@
 """A key's phones serve its batches in the order the batches came, host-wide.
 
 Two rounds of a key run at once on a worker host so that one searches and builds while the
-other's batch is on the phones (workers/gate.py). If both batches take phones as they free,
+other's batch is on the phones (workers/round/gate.py). If both batches take phones as they free,
 the phones serve them side by side: both end together, both rounds then search at the same
 time and every phone waits for the host (bench/scaling.md, 2026-12-05: the rounds of a
 4-phone run fell into step, utilization 0.72). Served one batch after the other, the

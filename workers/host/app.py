@@ -16,14 +16,14 @@ from celery import signals
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
-from farm.pipeline import finalize as finalize_stage
-from farm.pipeline.dispatch import ROUND_TASK, make_app
-from farm.pipeline.plan import continue_job
+from farm.jobs import finalize as finalize_stage
+from farm.jobs.dispatch import ROUND_TASK, make_app
+from farm.jobs.fence import RoundFence, RoundStopped
+from farm.jobs.plan import continue_job
 from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
 from farm.store.store import updated
-from workers.fence import RoundFence, RoundStopped
-from workers.handoff import HOLD_S
-from workers.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, run_round
+from workers.round.handoff import HOLD_S
+from workers.round.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, run_round
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ logging.getLogger("celery.redirected").addFilter(TvmChatter())
 
 def build_app(config: FarmConfig, tracker: str, node: str, gate_dir: str | None = None) -> Any:
     """The worker's Celery app; with `gate_dir`, its rounds take slots of the worker's gate
-    there (how many run at once follows the measured speeds, workers/gate.py)."""
+    there (how many run at once follows the measured speeds, workers/round/gate.py)."""
     app = make_app(config)
     _PROCESS["gate_dir"] = gate_dir
     _PROCESS["config"] = config
@@ -80,7 +80,7 @@ def _new_context() -> WorkerContext:
     config = _PROCESS["config"]
     ctx = WorkerContext(config=config, tracker=_PROCESS["tracker"], host=_PROCESS["node"])
     if _PROCESS.get("gate_dir"):
-        from workers.gate import Gate
+        from workers.round.gate import Gate
 
         ctx.gate = Gate(_PROCESS["gate_dir"], pool=config.worker_concurrency)
     return ctx
@@ -94,7 +94,7 @@ def _context() -> tuple[WorkerContext, RecordStore]:
 
 
 def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """One round of one workload, fenced (workers/fence.py): a copy of a round that is done,
+    """One round of one workload, fenced (farm/jobs/fence.py): a copy of a round that is done,
     running elsewhere, or no longer the task's current round does not run."""
     req = RoundRequest.from_json(payload)
     ctx, store = _context()

@@ -8,7 +8,7 @@ the active jobs:
 - a job whose tasks have all ended is finalized (once: `finalize_once`);
 - a task whose outstanding round (`TaskState.round`) has no live copy is sent again, as a
   new attempt of the same round, when its state has not moved for `grace_s`. Live means:
-  a copy holds the round's lease (workers/fence.py; a dead process's lease expires after
+  a copy holds the round's lease (farm/jobs/fence.py; a dead process's lease expires after
   one host TTL, and one of this machine is seen dead at once) or its message waits in the
   broker's queue. A message parked in Celery's
   `unacked` hash by a dead worker or a Redis crash is not live: it would come back only
@@ -27,10 +27,10 @@ import time
 from typing import Any
 
 from farm.core.messages import JobSpec, RoundRequest
-from farm.pipeline import finalize as finalize_stage
-from farm.pipeline.dispatch import queued_round_ids, send_round
+from farm.jobs import finalize as finalize_stage
+from farm.jobs.dispatch import queued_round_ids, send_round
+from farm.jobs.fence import holder_is_dead
 from farm.store import RecordStore, TaskState
-from workers.fence import holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Supervisor(threading.Thread):
                 if req is not None:
                     sent.append(self._send_again(job, wk, st, req))
             if job.trials_budget and not any(s.outstanding for s in states.values()):
-                from farm.pipeline.plan import plan_next_round
+                from farm.jobs.plan import plan_next_round
 
                 plan_next_round(self.app, self.store, job)
         return sent
@@ -115,7 +115,7 @@ class Supervisor(threading.Thread):
             **st.to_json(), "state": "queued", "round": again.to_json(), "updated_at": time.time(),
             "message": f"round {req.round_index + 1} sent again: no live copy for {idle:.0f} s"}))
         if st.state != "tuning":  # it never began (a lost message): a retry of its own; one
-            # that began counts when its new copy begins (workers/measure.py `_start`)
+            # that began counts when its new copy begins (workers/round/measure.py `_start`)
             self.store.count_measurements(job.job_id, wk, retries=1)
         send_round(self.app, again)
         return again.round_id

@@ -51,10 +51,10 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: A
     connected to (the tracker hands it out again once it re-registers, ~6 s later); a phone
     that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
     it), and the wait does not count as busy. The grant (or the failure to get one) settles
-    the measurement's turn in its batch (`ticket`: workers/turns.py)."""
+    the measurement's turn in its batch (`ticket`: workers/round/turns.py)."""
     from tvm.rpc import client
 
-    from workers.turns import settle
+    from workers.round.turns import settle
 
     aside = _aside(log_path)
     give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone

@@ -17,7 +17,7 @@ from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
-from farm.pipeline.dispatch import queue_for
+from farm.jobs.dispatch import queue_for
 from farm.store import open_broker, open_store
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
     gated = config.worker_concurrency == 0
     config = _concurrency(config, found, keys)
-    from workers.app import build_app
-    from workers.gate import Gate
-    from workers.heartbeat import Heartbeat
-    from workers.supervisor import Supervisor
+    from farm.jobs.supervisor import Supervisor
+    from workers.host.app import build_app
+    from workers.host.heartbeat import Heartbeat
+    from workers.round.gate import Gate
 
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
@@ -65,7 +65,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                             grace_s=float(config.host_ttl_s))
     supervisor.start()
     if config.metrics_port:
-        from workers.metrics import serve
+        from workers.host.metrics import serve
 
         serve(store, broker, name, keys, config.metrics_host, config.metrics_port)
     argv = ["worker", "-Q", ",".join(sorted(queues)),
@@ -87,7 +87,7 @@ def default_name() -> str:
     """This start's node name: the host name to read, and an id of this machine, process and
     start (a host name alone is shared by cloned machines and `compose --scale` replicas:
     their heartbeats overwrote each other and both led the farm)."""
-    from workers.fence import machine
+    from farm.jobs.fence import machine
 
     start = hashlib.sha1(f"{machine()}|{os.getpid()}|{time.time_ns()}".encode()).hexdigest()
     return f"farm@{socket.gethostname()}-{start[:6]}"
@@ -101,7 +101,7 @@ def check_name_free(store: Any, name: str, ttl_s: float) -> None:
     expires."""
     import psutil
 
-    from workers.fence import machine
+    from farm.jobs.fence import machine
 
     deadline, first = time.monotonic() + ttl_s + 2, None
     while True:
@@ -144,7 +144,7 @@ def first_phones(tracker: str, found: dict, poll_s: float = 2.0,
 
 
 def _preload() -> None:
-    from workers.measure import preload
+    from workers.round.measure import preload
 
     t0 = time.monotonic()
     preload()
@@ -152,11 +152,11 @@ def _preload() -> None:
 
 
 def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:
-    """The worker's pool, when not set: room for two rounds per device key (workers/gate.py
+    """The worker's pool, when not set: room for two rounds per device key (workers/round/gate.py
     decides per key whether one or two run at once, from the measured speeds)."""
     if config.worker_concurrency != 0:
         return config
-    from workers.gate import pool_size
+    from workers.round.gate import pool_size
 
     size = pool_size(len(keys))
     log.info("worker: %d device key(s), a pool of %d round processes; rounds at once follow "

@@ -132,7 +132,7 @@ def seeds(store: RecordStore, task: TuneTask, limit: int) -> Any:
     it); None for `limit` 0."""
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from farm.pipeline.extract import load_mod
+    from farm.tir.module import load_mod
 
     if limit <= 0:
         return None
