@@ -86,7 +86,7 @@ class Supervisor(threading.Thread):
                 if req is not None:
                     sent.append(self._send_again(job, wk, st, req))
             if job.trials_budget and not any(s.outstanding for s in states.values()):
-                from farm.jobs.plan import plan_next_round
+                from farm.jobs.advance import plan_next_round
 
                 plan_next_round(self.app, self.store, job)
         return sent

@@ -146,7 +146,10 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
         check_same_tasks(old, prep, opts.model)
         job_id, run = resume, old.run + 1
         farm.store.reset_job(job_id)
-    plans = plan_stage.plan(tasks, farm.store, opts.trials_per_task, config.round_trials)
+    plans = plan_stage.plan(
+        tasks, {t.workload_key: farm.store.record_count(t.workload_key) for t in tasks},
+        {t.workload_key for t in tasks if farm.store.exhausted(t.workload_key)},
+        opts.trials_per_task, config.round_trials)
     plans, budget, first_round = plan_stage.split_budget(
         plans, opts.trials_budget, opts.trials_per_task, config.round_trials)
     todo = [p for p in plans if not p.cached]

@@ -1,6 +1,5 @@
 from farm.core.messages import TuneTask
 from farm.jobs.plan import plan
-from farm.store import StoredRecord, open_store
 
 
 def task(wk: str) -> TuneTask:
@@ -9,16 +8,13 @@ def task(wk: str) -> TuneTask:
 
 
 def test_plan_asks_only_for_missing_trials():
-    store = open_store("memory://")
-    for i in range(5):
-        store.add_record(StoredRecord(workload_key="a", candidate=f"c{i}", record=[{}, [1.0]],
-                                      run_us=1.0 + i))
-    store.mark_exhausted("b", 1)
-    plans = {p.task.workload_key: p for p in plan([task("a"), task("b"), task("c")], store, 8, 2)}
+    """The planner is pure: told the records in the store and the exhausted workloads."""
+    tasks = [task("a"), task("b"), task("c")]
+    plans = {p.task.workload_key: p for p in plan(tasks, {"a": 5, "b": 1}, {"b"}, 8, 2)}
     assert (plans["a"].in_store, plans["a"].needed, plans["a"].cached) == (5, 3, False)
     assert plans["b"].cached and plans["b"].needed == 0
     assert plans["c"].needed == 8 and plans["c"].max_rounds >= 4
-    assert plan([task("a")], store, 5, 2)[0].cached
+    assert plan([task("a")], {"a": 5}, set(), 5, 2)[0].cached
 
 
 def test_stopped_early():
@@ -42,11 +38,7 @@ def test_next_task_prefers_weighty_slow_improving_tasks():
 def test_a_job_budget_is_split_over_the_tasks_that_need_trials():
     from farm.jobs.plan import split_budget
 
-    store = open_store("memory://")
-    for i in range(6):  # "a" holds 6 of its 8 trials already
-        store.add_record(StoredRecord(workload_key="a", candidate=f"c{i}", record=[{}, [1.0]],
-                                      run_us=1.0 + i))
-    plans = plan([task("a"), task("b"), task("c")], store, 8, 4)
+    plans = plan([task("a"), task("b"), task("c")], {"a": 6}, set(), 8, 4)  # "a" holds 6 of 8
     same, budget, first = split_budget(plans, 0, 8, 4)  # no budget: per-task rounds
     assert (same, budget, first) == (plans, 0, 4)
     split, budget, first = split_budget(plans, 10, 8, 4)
@@ -61,18 +53,20 @@ def test_a_round_that_found_no_candidate_at_all_says_so():
     """An operator MetaSchedule proposes nothing for (adaptive pooling with uneven windows, seen
     on an unseen model) was reported as "search space exhausted after 0 distinct candidates"."""
     from farm.core.messages import RoundRequest, RoundResult
-    from farm.jobs.plan import _verdict
+    from farm.jobs.plan import AfterRound, verdict
 
-    store = open_store("memory://")
     req = RoundRequest(job_id="j", workload_key="w", task_name="pool", round_index=0, trials=2,
                        target_trials=2, max_rounds=4, device_key="k")
     found_none = RoundResult(job_id="j", workload_key="w", round_index=0, host="h", measured=0,
                              valid=0, requested=2)
-    state, message, _ = _verdict(store, req, found_none, None, [])
-    assert (state, message) == ("exhausted", "MetaSchedule proposed no candidate for it (TVM's "
-                                             "default schedule is used)")
-    store.add_record(StoredRecord(workload_key="w", candidate="c", record=[{}, [1.0]], run_us=1.0))
+    step = verdict(req, found_none, AfterRound(count=0))
+    assert step is not None and step.exhausted
+    assert (step.state, step.message) == ("exhausted", "MetaSchedule proposed no candidate for "
+                                                       "it (TVM's default schedule is used)")
     found_one = RoundResult(job_id="j", workload_key="w", round_index=0, host="h", measured=1,
                             valid=1, requested=2)
-    assert _verdict(store, req, found_one, None, [])[1] == "search space exhausted after 1 " \
-                                                           "distinct candidates"
+    step = verdict(req, found_one, AfterRound(count=1))
+    assert step is not None and step.message == "search space exhausted after 1 distinct candidates"
+    skipped = RoundResult(job_id="j", workload_key="w", round_index=0, host="h", measured=1,
+                          valid=1, requested=2, skipped_stored=1)  # the store had the other
+    assert verdict(req, skipped, AfterRound(count=1)) is None  # not exhausted: next round

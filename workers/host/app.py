@@ -17,9 +17,9 @@ from farm.core.config import FarmConfig
 from farm.core.errors import FarmError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.jobs import finalize as finalize_stage
+from farm.jobs.advance import continue_job
 from farm.jobs.dispatch import ROUND_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
-from farm.jobs.plan import continue_job
 from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
 from farm.store.store import updated
 from workers.round.handoff import HOLD_S
