@@ -36,7 +36,8 @@ BATCH = 8
 
 def tune(store, task, tracker: str, rounds: int, side: str) -> list[float]:
     """The best run time so far after each trial, in measuring order."""
-    from workers.round.measure import WorkerContext, run_round
+    from workers.round.context import WorkerContext
+    from workers.round.measure import run_round
 
     ctx = WorkerContext(config=FarmConfig(device_wait_s=60), tracker=tracker, host="bench")
     ranked = []

@@ -7,16 +7,14 @@ sized to a round, not to a job.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from farm.core import keys
 from farm.core.config import FarmConfig
 from farm.core.messages import PRIORITIES, RoundRequest, logical_of
+from farm.store.broker import PRIORITY_STEPS, BrokerQueues
 
 ROUND_TASK = "tunefarm.round"
-PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
-_SEP = "\x06\x16"  # kombu's separator between a queue's name and its priority step
 
 
 def queue_for(device_key: str) -> str:
@@ -24,32 +22,14 @@ def queue_for(device_key: str) -> str:
     return f"tune.{device_key}"
 
 
-def queue_lists(device_key: str) -> list[str]:
-    """The Redis lists (full keys, with kombu's prefix) that hold a device key's queued rounds,
-    one per priority step."""
-    q = keys.celery_prefix() + queue_for(device_key)
-    return [q if step == 0 else f"{q}{_SEP}{step}" for step in PRIORITY_STEPS]
-
-
-def queued_rounds(client: Any, device_key: str) -> int:
+def queued_rounds(broker: BrokerQueues, device_key: str) -> int:
     """Rounds waiting in the broker for a phone of `device_key` (all priorities)."""
-    return sum(int(client.llen(name)) for name in queue_lists(device_key))
+    return broker.depth(queue_for(device_key))
 
 
-def queued_round_ids(client: Any, device_key: str) -> set[str]:
-    """Logical ids of the rounds waiting in the broker for a phone of `device_key`.
-
-    Reads kombu's Redis lists (a message is JSON with the task id in its headers); a message
-    that is not a round, or not readable, is passed over."""
-    found = set()
-    for name in queue_lists(device_key):
-        for raw in client.lrange(name, 0, -1):
-            try:
-                task_id = json.loads(raw)["headers"]["id"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            found.add(logical_of(str(task_id)))
-    return found
+def queued_round_ids(broker: BrokerQueues, device_key: str) -> set[str]:
+    """Logical ids of the rounds waiting in the broker for a phone of `device_key`."""
+    return {logical_of(task_id) for task_id in broker.task_ids(queue_for(device_key))}
 
 
 def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:

@@ -1,9 +1,9 @@
 """The record store: every measurement, keyed by workload key; the farm's checkpoint."""
 
-from typing import Any
 
 from redis import RedisError as StoreUnavailable
 
+from farm.store.broker import BrokerQueues
 from farm.store.store import RecordStore, StoredRecord, TaskState, candidate_hash, is_better
 
 __all__ = ["RecordStore", "StoreUnavailable", "StoredRecord", "TaskState", "candidate_hash",
@@ -21,10 +21,7 @@ def open_store(url: str | None) -> RecordStore:
     return RedisStore(url)
 
 
-def open_broker(url: str) -> Any:
-    """A Redis client of the broker, to read its queue lists (farm/jobs/dispatch.py reads
-    them by the names kombu gives them). Only farm/store/ opens Redis connections."""
-    import redis
-
-    return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5,
-                                socket_timeout=30)
+def open_broker(url: str) -> BrokerQueues:
+    """The broker's queues of rounds, read-only (farm/store/broker.py). Only farm/store/
+    opens Redis connections."""
+    return BrokerQueues(url)

@@ -11,7 +11,8 @@ import time
 import pytest
 import redis
 
-from farm.jobs.dispatch import queue_lists
+from farm.jobs.dispatch import queue_for
+from farm.store.broker import queue_lists
 from tests.faults.conftest import (
     check_store,
     job_counts,
@@ -58,8 +59,8 @@ def test_a_no_wait_job_whose_round_messages_vanish_finishes_without_a_client(hea
         assert proc.returncode == 0, proc.stderr[-3000:]
         job_id = json.loads(proc.stdout)["job_id"]
         broker = redis.Redis.from_url(healthy.redis)
-        lost = sum(broker.llen(q) for q in queue_lists("cpu-local"))
-        broker.delete(*queue_lists("cpu-local"))  # ...and are lost
+        lost = sum(broker.llen(q) for q in queue_lists(queue_for("cpu-local")))
+        broker.delete(*queue_lists(queue_for("cpu-local")))  # ...and are lost
         # a worker blocked in BRPOP when it was stopped may hold one already
         assert lost >= 1, lost
     finally:

@@ -159,7 +159,8 @@ def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_sto
 
 def test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it(farm_store):
     from farm.core.config import FarmConfig
-    from workers.round.measure import WorkerContext, run_round
+    from workers.round.context import WorkerContext
+    from workers.round.measure import run_round
 
     store, profile, _, data = farm_store
     mkey = model_key(profile.key, profile.target_json())

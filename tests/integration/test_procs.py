@@ -59,7 +59,7 @@ def test_a_call_past_its_deadline_kills_only_its_process_which_comes_back(proces
 def test_a_rounds_builder_and_runner_share_one_set(tmp_path):
     from farm.core.config import load_config
     from farm.core.profiles import resolve_profile
-    from workers.round.measure import WorkerContext
+    from workers.round.context import WorkerContext
 
     ctx = WorkerContext(config=load_config({}, env={"FARM_HOME": str(tmp_path)}),
                         tracker="127.0.0.1:9")

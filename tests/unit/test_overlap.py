@@ -126,8 +126,8 @@ def test_a_rounds_search_threads_follow_where_its_phones_run(tmp_path):
     key's other round has its batch on the phones meanwhile); phones on this host's CPU:
     the cores / the rounds at once, leaving cores to measure on."""
     from farm.core.profiles import DeviceProfile
+    from workers.round.context import WorkerContext
     from workers.round.gate import Gate
-    from workers.round.measure import WorkerContext
 
     ctx = WorkerContext(config=load_config(env={"FARM_SEARCH_CORES": "0"}), tracker="t:1")
     ctx.gate, ctx.rounds_at_once = Gate(str(tmp_path / "one-key"), pool=2), 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 from farm.core.config import load_config
 from farm.core.messages import PRIORITIES, RoundRequest
 from farm.jobs.dispatch import make_app, queue_for, queued_rounds, send_round
+from farm.store import open_broker
 
 
 def round_of(job: str, priority: str, i: int) -> RoundRequest:
@@ -15,7 +16,6 @@ def round_of(job: str, priority: str, i: int) -> RoundRequest:
 
 
 def test_high_priority_rounds_are_served_first(clean_redis):
-    import redis
 
     app = make_app(load_config({"broker_url": clean_redis}))
     for i in range(3):
@@ -23,7 +23,7 @@ def test_high_priority_rounds_are_served_first(clean_redis):
     for i in range(3):
         send_round(app, round_of("normal-job", "normal", i))
     send_round(app, round_of("urgent-job", "high", 0))
-    assert queued_rounds(redis.Redis.from_url(clean_redis), "prio") == 7
+    assert queued_rounds(open_broker(clean_redis), "prio") == 7
 
     from kombu import Queue
 

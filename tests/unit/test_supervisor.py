@@ -7,10 +7,11 @@ import json
 import time
 
 from farm.core.messages import JobSpec, RoundRequest
-from farm.jobs.dispatch import queue_lists
+from farm.jobs.dispatch import queue_for
 from farm.jobs.fence import POISON_AFTER, RoundFence
 from farm.jobs.supervisor import Supervisor
 from farm.store import TaskState, open_store
+from farm.store.broker import BrokerQueues, queue_lists
 
 
 class App:
@@ -23,14 +24,19 @@ class App:
         self.sent.append(task_id)
 
 
-class Broker:
-    """A broker whose queue holds the given task ids."""
+class Lists:
+    """A Redis client whose kombu list of key "k" holds the given task ids."""
 
     def __init__(self, queued: list[str] = ()) -> None:  # type: ignore[assignment]
         self.queued = [json.dumps({"headers": {"id": t}}) for t in queued]
 
     def lrange(self, name, start, end):  # noqa: ANN001
-        return self.queued if name == queue_lists("k")[0] else []
+        return self.queued if name == queue_lists(queue_for("k"))[0] else []
+
+
+def Broker(queued: list[str] = ()) -> BrokerQueues:  # type: ignore[assignment]  # noqa: N802
+    """The broker adapter the supervisor reads, over those lists."""
+    return BrokerQueues("redis://unused", client=Lists(queued))
 
 
 def setup(states: dict[str, TaskState]):

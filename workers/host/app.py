@@ -22,8 +22,9 @@ from farm.jobs.dispatch import ROUND_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
 from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
 from farm.store.store import updated
+from workers.round.context import WorkerContext
 from workers.round.handoff import HOLD_S
-from workers.round.measure import LEASE_TTL_S, LeaseBusy, StaleRound, WorkerContext, run_round
+from workers.round.measure import LEASE_TTL_S, LeaseBusy, StaleRound, run_round
 
 log = logging.getLogger(__name__)
 

@@ -144,7 +144,7 @@ def first_phones(tracker: str, found: dict, poll_s: float = 2.0,
 
 
 def _preload() -> None:
-    from workers.round.measure import preload
+    from workers.round.context import preload
 
     t0 = time.monotonic()
     preload()

@@ -32,12 +32,11 @@ from typing import Any
 from farm.core import keys
 from farm.core.messages import RoundRequest
 from farm.jobs.dispatch import queued_rounds
-from farm.store import RecordStore, open_broker
+from farm.store import RecordStore
 
 log = logging.getLogger(__name__)
 
 HOLD_S = 3.0  # a handing-off round's worker stays busy this long (the idle host polls each 1 s)
-_BROKERS: dict[str, Any] = {}  # per process: a Redis client of the broker's queue lists
 
 
 def idle_hosts(store: RecordStore, key: str, me: str) -> list[str]:
@@ -53,10 +52,7 @@ def hand_to(ctx: Any, store: RecordStore, req: RoundRequest) -> str | None:
     idle = idle_hosts(store, req.device_key, ctx.host)
     if not idle:
         return None
-    url = str(ctx.config.broker_url)
-    if url not in _BROKERS:
-        _BROKERS[url] = open_broker(url)
-    if queued_rounds(_BROKERS[url], req.device_key):
+    if queued_rounds(ctx.broker(), req.device_key):
         return None
     claim_s = max(2.0, 2 * ctx.config.host_ttl_s / 3)  # until its next beats show it busy
     for name in idle:

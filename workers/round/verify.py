@@ -18,8 +18,8 @@ from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore
 from farm.tir.module import load_mod
+from workers.round.context import WorkerContext
 from workers.round.database import tuning_record
-from workers.round.measure import WorkerContext
 from workers.round.runner import classify_run_error
 
 log = logging.getLogger(__name__)
