@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from farm.core.messages import _Message
@@ -48,3 +49,18 @@ def format_hosts(hosts: list[HostBeat]) -> str:
     return "\n".join(lines)
 
 
+class HostRegistry(ABC):
+    """Live worker hosts. Contract: a heartbeat lives `ttl_s` unless published again; `hosts`
+    lists the live ones by name, an unreadable one as a placeholder (tracker "?")."""
+
+    @abstractmethod
+    def publish_host(self, beat: HostBeat, ttl_s: float) -> None:
+        """A host's heartbeat, gone after `ttl_s` unless published again."""
+
+    @abstractmethod
+    def remove_host(self, name: str) -> None: ...
+
+    @abstractmethod
+    def hosts(self) -> list[HostBeat]:
+        """Every live host's heartbeat, by name; an unreadable one as a placeholder (the
+        tracker "?"), so a bad heartbeat is seen rather than hidden."""

@@ -4,7 +4,7 @@ A model key is a device key and one target (`model_key`): the workloads tuned fo
 it share one XGBoost cost model, trained on all their records (workers/round/costmodel.py),
 so a workload the farm never saw starts ranked by what every other one taught it.
 
-Contract of every `LearnedStore` (tests/unit/test_store_contract.py):
+Contract of every `LearnedStore` (tests/unit/test_store_*.py):
 
 - `put_workload` indexes the workload under its model key (`model_workloads`),
   also when the workload was stored before (so an old store's workloads join the

@@ -11,7 +11,7 @@ address a worker's session connected to (workers/round/runner.py learns it from 
   that measured nothing while its key had work shows idle time and 0 busy seconds;
   idle_s = work_s - busy_s.
 
-Contract of every `PhoneLedger` (tests/unit/test_store_contract.py): spans add to their
+Contract of every `PhoneLedger` (tests/unit/test_store_*.py): spans add to their
 phone's totals (busy, measurements, device lost) and to their job's list, in order;
 `add_phone_work` adds to work_s and makes a phone known even before it measured.
 """

@@ -1,0 +1,89 @@
+"""The store contract, the coordination protocol (farm/store/coordination.py): flags, budgets, leases, fences, the leader: run against every implementation (in-memory and real Redis)."""
+
+
+
+from farm.core import keys
+
+
+def test_claim_once(store):
+    assert store.claim(keys.round_sent("r1"))
+    assert not store.claim(keys.round_sent("r1"))
+    assert store.claim(keys.round_sent("r2"), ttl_s=60)
+
+
+def test_lease_one_holder_at_a_time_and_expiry(store):
+    import time
+
+    assert store.acquire_lease("wk", "job1", ttl_s=0.5) is None
+    assert store.acquire_lease("wk", "job1", ttl_s=0.5) is None  # renew by its holder
+    assert store.acquire_lease("wk", "job2", ttl_s=0.5) == "job1"
+    store.release_lease("wk", "job2")  # not the holder: nothing happens
+    assert store.acquire_lease("wk", "job2", ttl_s=0.5) == "job1"
+    time.sleep(0.7)  # a dead holder's lease expires
+    assert store.acquire_lease("wk", "job2", ttl_s=5) is None
+    store.release_lease("wk", "job2")
+    assert store.acquire_lease("wk", "job3", ttl_s=5) is None
+
+
+def test_allocate_never_exceeds_the_budget(store):
+    assert store.allocate("j", 4, 10) == 4
+    assert store.allocate("j", 4, 10) == 4
+    assert store.allocate("j", 4, 10) == 2
+    assert store.allocate("j", 4, 10) == 0
+    assert store.allocate("other", 3, 10) == 3
+
+
+def test_a_round_runs_as_one_copy_and_never_after_it_is_done(store):
+    assert store.acquire_round("r", "copy1", ttl_s=30) is None
+    assert store.acquire_round("r", "copy1", ttl_s=30) is None  # renewed by its holder
+    assert store.acquire_round("r", "copy2", ttl_s=30) == "copy1"
+    assert store.round_holder("r") == "copy1"
+    assert store.acquire_round("r", "copy2", ttl_s=30, dead_holder="other") == "copy1"
+    assert store.acquire_round("r", "copy2", ttl_s=30, dead_holder="copy1") is None
+    store.release_round("r", "copy1")  # not its holder any more: nothing happens
+    assert store.round_holder("r") == "copy2"
+    store.release_round("r", "copy2")
+    assert store.round_holder("r") is None
+    assert store.acquire_round("short", "a", ttl_s=0.2) is None
+    import time
+
+    time.sleep(0.3)
+    assert store.acquire_round("short", "b", ttl_s=30) is None  # a dead holder's lease expired
+    assert not store.round_is_done("r")
+    assert store.acquire_round("r", "copy3", ttl_s=30) is None
+    assert not store.finish_round("r", "copy2")  # fenced out: copy3 holds it now
+    assert not store.round_is_done("r") and store.round_holder("r") == "copy3"
+    assert store.finish_round("r", "copy3")  # the holder: done, and its lease released
+    assert store.round_is_done("r") and store.round_holder("r") is None
+    assert store.finish_round("free", "anyone")  # no holder (its lease expired): done
+
+
+def test_starts_that_never_ended_are_counted(store):
+    assert store.round_started("p") == 0
+    store.round_ended("p")
+    assert store.round_started("p") == 0  # the first ended cleanly
+    assert store.round_started("p") == 1  # the second did not end (its process died)
+    assert store.round_started("p") == 2
+
+
+def test_copies_of_a_round_that_began_tuning_are_counted(store):
+    from farm.store.store import total_counts
+
+    assert store.round_tunings("q") == 0
+    assert store.round_tunings("q", add=1) == 0  # the first copy
+    assert store.round_tunings("q", add=1) == 1  # a copy after it: the round runs again
+    assert store.round_tunings("q") == 2 and store.round_tunings("other") == 0
+    store.count_measurements("j", "wk", retries=1)
+    store.count_measurements("j", "wk", device_lost=2)
+    assert store.job_counts("j")["wk"]["retries"] == 1
+    assert "retries" not in total_counts(store.job_counts("j"))  # not a measurement
+
+
+def test_active_jobs_and_one_supervisor_leads(store):
+    store.set_active("j1", True)
+    store.set_active("j2", True)
+    store.set_active("j1", False)
+    assert store.active_jobs() == ["j2"]
+    assert store.lead("w1", ttl_s=30)
+    assert store.lead("w1", ttl_s=30)
+    assert not store.lead("w2", ttl_s=30)
