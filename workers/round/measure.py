@@ -12,10 +12,11 @@ import shutil
 import tempfile
 import time
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from farm.core.errors import ServiceError, TuneError, best_effort
-from farm.core.messages import RoundRequest, RoundResult
+from farm.core.messages import RoundRequest, RoundResult, TuneTask
 from farm.core.profiles import DeviceProfile
 from farm.devices import intrinsics
 from farm.devices import tracker as tracker_mod
@@ -100,6 +101,29 @@ def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None
                              "its own device key")
 
 
+@dataclass
+class Round:
+    """What one round knows, from its start to its result: the worker's context, the store,
+    the request, its workload's task, the task's state before the round, how many trials
+    the workload still lacks and how many this round measures of them."""
+
+    ctx: WorkerContext
+    store: RecordStore
+    req: RoundRequest
+    task: TuneTask
+    prior: TaskState
+    missing: int
+    trials: int
+    on_progress: Any = None  # told each batch's counters (the app's progress and fence check)
+    t0: float = field(default_factory=time.monotonic)
+
+    def result(self, **fields: Any) -> RoundResult:
+        """This round's result: its identity and wall time, with `fields`."""
+        return RoundResult(job_id=self.req.job_id, workload_key=self.req.workload_key,
+                           round_index=self.req.round_index, host=self.ctx.host,
+                           wall_s=time.monotonic() - self.t0, **fields)
+
+
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
               on_progress: Any = None) -> RoundResult:
     """Measure up to `req.trials` new candidates of one workload on this host's phones.
@@ -123,15 +147,14 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
                            round_index=req.round_index, host=ctx.host, measured=0, valid=0,
                            wall_s=time.monotonic() - t0, skipped=True)
+    rnd = Round(ctx, store, req, task, prior, missing, trials, on_progress, t0)
     with _slot(ctx, store, req) as slot:
         if slot is not None and slot < 0:  # it waited for a slot while another host idled
             log.info("round %s of %s on %s: waited for a slot while another host of %s had "
                      "no round: handing it over", req.round_index + 1, req.task_name, ctx.host,
                      req.device_key)
-            return RoundResult(job_id=req.job_id, workload_key=req.workload_key,
-                               round_index=req.round_index, host=ctx.host, measured=0, valid=0,
-                               requested=trials, wall_s=time.monotonic() - t0, handed_off=True)
-        return _leased(ctx, store, req, task, prior, trials, missing, on_progress, t0)
+            return rnd.result(measured=0, valid=0, requested=trials, handed_off=True)
+        return _leased(rnd)
 
 
 def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
@@ -161,9 +184,9 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
     return ctx.gate.slot(req.device_key, open_slots, give_up=checker(ctx, store, req))
 
 
-def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
-            prior: TaskState, trials: int, missing: int, on_progress: Any,
-            t0: float) -> RoundResult:
+def _leased(rnd: Round) -> RoundResult:
+    """The round under its workload's lease (one job tunes a workload at a time)."""
+    ctx, store, req = rnd.ctx, rnd.store, rnd.req
     holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None and store.job_status(holder).get("state") in ENDED:
         store.release_lease(req.workload_key, holder)  # its job is over: the lease is stale
@@ -174,7 +197,7 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
 
     cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
     try:
-        result = _tune(ctx, store, req, task, prior, trials, missing, on_progress, t0)
+        result = _tune(rnd)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
     if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
@@ -182,9 +205,7 @@ def _leased(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any
     return result
 
 
-def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
-          prior: TaskState, trials: int, missing: int, on_progress: Any,
-          t0: float) -> RoundResult:
+def _tune(rnd: Round) -> RoundResult:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -193,8 +214,9 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     from workers.round.database import StoreDatabase
     from workers.round.search import round_search
 
+    ctx, store, req, task, trials = rnd.ctx, rnd.store, rnd.req, rnd.task, rnd.trials
     profile = ctx.profile(req.device_key)
-    phones = _start(ctx, store, req, prior, profile, task.target)
+    phones = _start(rnd, profile)
     mod = load_mod(task)
     intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
     target = tvm.target.Target(task.target)
@@ -211,12 +233,12 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
     runner = ctx.runner(profile, phones)
     spans = {"key": req.device_key, "task": task.name, "batch": req.round_id}  # phones' time
     callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
-                             ctx.host, counters, on_progress, runner, span_fields=spans)
+                             ctx.host, counters, rnd.on_progress, runner, span_fields=spans)
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
              "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
-             trials, req.target_trials - missing, learned, ", cold: first batch at random"
+             trials, req.target_trials - rnd.missing, learned, ", cold: first batch at random"
              if search.cold else f", ranked by {ranked_by}" if ranked_by else "", phones, threads,
              f", {len(search.verify)} imported records to verify" if search.verify else "")
     try:
@@ -238,14 +260,14 @@ def _tune(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: Any,
         runner.set_reference(None)
         runner.turns.end()  # a batch the round abandoned holds no other round's measurements
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _result(ctx, req, task, counters, search.counts, trials, single, t0, ranked_by)
+    return _result(rnd, counters, search.counts, trials, single, ranked_by)
 
 
-def _start(ctx: WorkerContext, store: RecordStore, req: RoundRequest, prior: TaskState,
-           profile: DeviceProfile, target: dict[str, Any]) -> int:
+def _start(rnd: Round, profile: DeviceProfile) -> int:
     """Refuse a target this host's phones cannot run; wait for a phone of the key (bounded),
     then say the round is tuning; the phones."""
-    check_cpu(profile, target, ctx.host)
+    ctx, store, req, prior = rnd.ctx, rnd.store, rnd.req, rnd.prior
+    check_cpu(profile, rnd.task.target, ctx.host)
     phones = wait_for_phone(ctx, store, req, prior)
     try:  # a copy of it began tuning before (its process died, the store went away): a retry
         if store.round_tunings(req.logical_id, add=1):
@@ -272,21 +294,19 @@ def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
         return None
 
 
-def _result(ctx: WorkerContext, req: RoundRequest, task: Any, counters: Any,
-            counts: dict[str, int], trials: int, single: bool, t0: float,
+def _result(rnd: Round, counters: Any, counts: dict[str, int], trials: int, single: bool,
             ranked_by: str = "") -> RoundResult:
+    ctx, req, task = rnd.ctx, rnd.req, rnd.task
     skipped = counts["skipped"]
     log.info("round %s of %s on %s: %d new records (%d valid, %d seeded from relatives, %d "
              "stored candidates skipped, %d duplicates, %d device lost), best %s us",
              req.round_index + 1, task.name, ctx.host, counters.new, counters.valid,
              counts.get("seeded", 0), skipped, counters.duplicates,
              counters.device_lost, f"{counters.best_us:.1f}" if counters.best_us else "-")
-    return RoundResult(
-        job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
-        host=ctx.host, measured=counters.new, valid=counters.valid, requested=trials,
+    return rnd.result(
+        measured=counters.new, valid=counters.valid, requested=trials,
         duplicates=counters.duplicates, skipped_stored=skipped, single_schedule=single,
         failures=dict(counters.failures), errors=dict(counters.errors),
-        device_lost=counters.device_lost,
-        best_us=counters.best_us, wall_s=time.monotonic() - t0, measure_s=counters.measure_s,
-        ranked_by=ranked_by, handed_off=bool(counts.get("handed_off")),
-    )
+        device_lost=counters.device_lost, best_us=counters.best_us,
+        measure_s=counters.measure_s, ranked_by=ranked_by,
+        handed_off=bool(counts.get("handed_off")))
