@@ -99,7 +99,7 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
     """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
     `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
     only: each emulated host is a 1-core machine of its own."""
-    from farm.devices.tracker import wait_for_phones
+    from farm.devices.tracker import phone_address, wait_for_phones
     from farm.local import services
     root = work / name
     delay_of: dict[str, float] = {}
@@ -124,7 +124,7 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
                 if pin:
                     os.sched_setaffinity(phone.pid, cpu)
                 args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
-                delay_of[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
+                delay_of[phone_address("127.0.0.1", args[args.index("--port") + 1])] = d
             wait_for_phones(tracker, KEY, len(delays), 60)
             worker = group.add(services.start_worker(
                 tracker, url, logs, name=f"worker{h}", extra=["--hostname", f"farm@host{h}"],

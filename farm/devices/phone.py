@@ -23,13 +23,10 @@ import time
 from collections.abc import Callable
 
 from farm.core.errors import UsageError
+from farm.core.hostid import is_loopback
 from farm.devices.tracker import parse_addr
 
 WILDCARDS = ("0.0.0.0", "::", "")
-
-
-def is_loopback(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def advertised_address(host: str, advertise: str | None, tracker: str) -> str | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.core.errors import ServiceError, UsageError
+from farm.core.hostid import is_loopback, short_machine
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,11 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 
 def phone_address(host: object, port: object) -> str:
-    """A phone's identity: the address it registered at its tracker, "host:port"."""
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    """A phone's identity: the address it registered at its tracker, "host:port"; on a
+    loopback address, with this machine's short name ("127.0.0.1:9090@lab3-1f2e"): every
+    host has its own 127.0.0.1:9090, and two hosts' phones must never be one phone."""
+    addr = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return f"{addr}@{short_machine()}" if is_loopback(str(host)) else addr
 
 
 def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> Any:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from farm.core.errors import TuneError
+from farm.core.hostid import machine
 from farm.core.messages import RoundRequest
 from farm.store import RecordStore
 
@@ -44,23 +44,6 @@ POISON_AFTER = 3  # a round whose process died this many times fails its task
 class RoundStopped(TuneError):
     """The round lost its lease (another copy took it, or the store was unreachable for a
     whole lease): it stops measuring at once so that two copies never measure together."""
-
-
-def machine() -> str:
-    """This machine as its processes see it: the host name (to read), the kernel's boot id
-    and the PID namespace. Two lab machines cloned from one disk share a host name, even a
-    /etc/machine-id, and every first PID namespace has the same inode; they never share a
-    boot id. Two containers of one machine share the boot id, never a PID namespace."""
-    try:
-        ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        ns = 0
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip().replace("-", "")[:12]
-    except OSError:
-        boot = "noboot"
-    return f"{socket.gethostname()}~{boot}~{ns}"
 
 
 def owner_of(req: RoundRequest, node: str) -> str:

@@ -22,23 +22,12 @@ from pathlib import Path
 
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import ServiceError, UsageError
+from farm.core.hostid import is_loopback  # noqa: F401 - services.is_loopback for callers
 from farm.devices.lean import without_torch
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 MAX_RESTARTS = 5  # restarts of one restartable service before its exit ends the job
-
-
-def is_loopback(address: str) -> bool:
-    """Is this bind address reachable from this machine only (127.0.0.0/8, ::1, localhost)?"""
-    import ipaddress
-
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def free_port(host: str = LOOPBACK) -> int:

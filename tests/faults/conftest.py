@@ -154,7 +154,9 @@ def healthy(farm1: Farm) -> Iterator[Farm]:
 def phone_addr(phone: services.Service) -> str:
     """The address a phone registered at its tracker (its identity in the store)."""
     args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]
-    return f"127.0.0.1:{args[args.index('--port') + 1]}"
+    from farm.devices.tracker import phone_address
+
+    return phone_address("127.0.0.1", args[args.index("--port") + 1])
 
 
 def submit_args(farm: Farm, model: Path, out: Path, trials: int) -> list[str]:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pytest
 
-from farm.devices.tracker import wait_for_phones
+from farm.devices.tracker import phone_address, wait_for_phones
 from farm.local import services
 from farm.store import open_store
 from tests.helpers import run_farm
@@ -45,7 +45,7 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
         for i, d in enumerate((1.0, 0.25)):
             phone = group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=d))
             args = [str(a) for a in phone.popen.args]
-            delay[f"127.0.0.1:{args[args.index('--port') + 1]}"] = d
+            delay[phone_address("127.0.0.1", args[args.index("--port") + 1])] = d
         wait_for_phones(tracker, "cpu-local", 2, 60)
         worker = group.add(services.start_worker(tracker, clean_redis, tmp_path))
         out = tmp_path / "out"

@@ -89,3 +89,27 @@ def test_farm_devices_shows_a_phone_set_aside_and_one_that_rejoined():
     assert (rows[0]["idle_s"], rows[0]["mean_ms"]) == (7.0, 500.0)
     text = format_phones(rows).splitlines()
     assert "set aside until" in text[1] and "registered" in text[2]
+
+
+def test_two_hosts_phones_on_their_own_loopback_are_two_phones(monkeypatch):
+    """Every host has its own 127.0.0.1:9090: a phone there is named with its machine, so two
+    hosts' phones never merge in the store's accounting (a lab address is left as it is)."""
+    from farm.core import hostid
+    from farm.devices.tracker import phone_address
+    from farm.store import open_store
+    from farm.store.phones import PhoneSpan
+
+    monkeypatch.setattr(hostid, "machine", lambda: "lab1~aaaa~1")
+    hostid.short_machine.cache_clear()
+    one = phone_address("127.0.0.1", 9090)
+    monkeypatch.setattr(hostid, "machine", lambda: "lab1~bbbb~1")  # a clone: same host name
+    hostid.short_machine.cache_clear()
+    other = phone_address("127.0.0.1", 9090)
+    hostid.short_machine.cache_clear()
+    assert one != other and one.startswith("127.0.0.1:9090@") and other.startswith("127.0.0.1:9090@")
+    assert phone_address("10.0.0.7", 9090) == "10.0.0.7:9090"
+    store = open_store("memory://")
+    store.note_phone_spans([PhoneSpan(phone=p, key="k", worker=w, job_id="j", workload_key="wk",
+                                      task="t", batch="b", start=1.0, end=2.0, outcome="ok")
+                            for p, w in ((one, "farm@a"), (other, "farm@b"))])
+    assert len(store.phone_stats()) == 2

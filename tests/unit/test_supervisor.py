@@ -77,7 +77,7 @@ def test_a_round_with_no_live_copy_is_sent_again_as_a_new_attempt():
 
 
 def test_a_dead_holder_of_this_machine_is_not_a_live_copy():
-    from farm.jobs.fence import machine
+    from farm.core.hostid import machine
 
     store = setup({"t": queued("t", 60, "tuning")})
     store.acquire_round(req("t").logical_id, f"x|node|{machine()}|999999", ttl_s=30)
@@ -92,7 +92,7 @@ def test_a_dead_holder_of_this_machine_is_not_a_live_copy():
 def test_a_lost_round_that_began_tuning_counts_its_retry_where_it_begins_again():
     """The supervisor counts a retry only for a round that never began; one that began
     counts when its new copy begins tuning (workers/round/measure.py `_start`), so once."""
-    from farm.jobs.fence import machine
+    from farm.core.hostid import machine
 
     store = setup({"t": queued("t", 60, "tuning")})
     assert store.round_tunings(req("t").logical_id, add=1) == 0  # the copy that died

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from farm.core.errors import ServiceError, best_effort
+from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
 from farm.jobs.dispatch import queue_for
-from farm.jobs.fence import machine
 from farm.store import RecordStore
 from farm.store.hosts import HostBeat
 

@@ -87,7 +87,7 @@ def default_name() -> str:
     """This start's node name: the host name to read, and an id of this machine, process and
     start (a host name alone is shared by cloned machines and `compose --scale` replicas:
     their heartbeats overwrote each other and both led the farm)."""
-    from farm.jobs.fence import machine
+    from farm.core.hostid import machine
 
     start = hashlib.sha1(f"{machine()}|{os.getpid()}|{time.time_ns()}".encode()).hexdigest()
     return f"farm@{socket.gethostname()}-{start[:6]}"
@@ -101,7 +101,7 @@ def check_name_free(store: Any, name: str, ttl_s: float) -> None:
     expires."""
     import psutil
 
-    from farm.jobs.fence import machine
+    from farm.core.hostid import machine
 
     deadline, first = time.monotonic() + ttl_s + 2, None
     while True:
