@@ -148,53 +148,72 @@ def matches(outs: list[np.ndarray], expected: list[np.ndarray], rtol: float,
     return ok, err
 
 
-def compile_and_check(
-    fused: Any, target_json: dict[str, Any], log_dir: Path, out_dir: Path,
-    inputs: list[np.ndarray], expected: list[np.ndarray], tracker: str | None, device_key: str,
-    task_names: dict[str, str], tuned_names: set[str], untunable: list[str],
-    rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 15, number: int = 5,
-    fcompile: Any = None,
-) -> CompileResult:
+@dataclass(frozen=True)
+class ModelCheck:
+    """What `compile_and_check` builds, where it runs it, and what it compares with."""
+
+    fused: Any  # the fused Relax module the tasks were cut from
+    target_json: dict[str, Any]
+    log_dir: Path  # the best-config log (a JSONDatabase folder)
+    out_dir: Path  # where model.so goes
+    inputs: list[np.ndarray]
+    expected: list[np.ndarray]  # torch's outputs
+    task_names: dict[str, str]  # workload key -> task name
+    tuned_names: set[str]  # tasks with a best record in the log
+    untunable: list[str]  # functions with no tuning task
+    tracker: str | None = None  # a phone of `device_key` runs it; None: this machine's CPU
+    device_key: str = "cpu-local"
+    fcompile: Any = None  # the profile's linker (farm/devices/cross.py); None: this machine's
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    repeat: int = 15
+    number: int = 5
+
+
+def compile_and_check(check: ModelCheck) -> CompileResult:
     """Build tuned and untuned, run both on a phone, compare with torch, time them."""
     import tvm
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    target = tvm.target.Target(target_json)
-    database = JSONDatabase(work_dir=str(log_dir), module_equality="structural")
+    target = tvm.target.Target(check.target_json)
+    database = JSONDatabase(work_dir=str(check.log_dir), module_equality="structural")
     try:
-        tuned = build(fused, target, database)
-        untuned = build(fused, target, None)
-        from_log = scheduled_functions(fused, target, database)
+        tuned = build(check.fused, target, database)
+        untuned = build(check.fused, target, None)
+        from_log = scheduled_functions(check.fused, target, database)
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"TVM cannot build the model with the log: {e}",
-                           subject=str(log_dir)) from e
+                           subject=str(check.log_dir)) from e
     fallback = {}
-    for name in task_names.values():
+    for name in check.task_names.values():
         if name not in from_log:
-            fallback[name] = ("not tuned: every candidate failed" if name not in tuned_names
+            fallback[name] = ("not tuned: every candidate failed"
+                              if name not in check.tuned_names
                               else "the log's record did not apply")
-    for name in untunable:
+    for name in check.untunable:
         fallback[name] = "no tuning task for it"
-    lib = out_dir / "model.so"
-    untuned_lib = out_dir / "untuned.so"
+    lib = check.out_dir / "model.so"
+    untuned_lib = check.out_dir / "untuned.so"
     try:
-        tuned.export_library(str(lib), fcompile=fcompile)
-        untuned.export_library(str(untuned_lib), fcompile=fcompile)
+        tuned.export_library(str(lib), fcompile=check.fcompile)
+        untuned.export_library(str(untuned_lib), fcompile=check.fcompile)
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"cannot export the library (is the compiler installed?): {e}",
                            subject=str(lib)) from e
-    with device_session(tracker, device_key) as (remote, dev):
-        outs, tuned_us = run_and_time(lib, remote, dev, inputs, repeat, number)
-        untuned_outs, untuned_us = run_and_time(untuned_lib, remote, dev, inputs, repeat, number)
+    with device_session(check.tracker, check.device_key) as (remote, dev):
+        times = (check.repeat, check.number)
+        outs, tuned_us = run_and_time(lib, remote, dev, check.inputs, *times)
+        untuned_outs, untuned_us = run_and_time(untuned_lib, remote, dev, check.inputs, *times)
     untuned_lib.unlink(missing_ok=True)
-    if len(outs) != len(expected):
-        raise CompileError(f"the model returns {len(outs)} outputs, torch {len(expected)}",
+    if len(outs) != len(check.expected):
+        raise CompileError(f"the model returns {len(outs)} outputs, torch {len(check.expected)}",
                            subject=str(lib))
-    ok, err = matches(outs, expected, rtol, atol)
+    ok, err = matches(outs, check.expected, check.rtol, check.atol)
     return CompileResult(
         tuned_us=tuned_us, untuned_us=untuned_us, numerics_ok=ok, max_abs_err=err,
-        untuned_numerics_ok=matches(untuned_outs, expected, rtol, atol)[0],
+        untuned_numerics_ok=matches(untuned_outs, check.expected, check.rtol, check.atol)[0],
         from_log=sorted(from_log), fallback=fallback,
-        measured_on=f"phone of key {device_key} via {tracker}" if tracker else "this machine's CPU",
+        measured_on=(f"phone of key {check.device_key} via {check.tracker}" if check.tracker
+                     else "this machine's CPU"),
         library=str(lib),
     )

@@ -239,13 +239,13 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
                                           - measured.get(t.workload_key, 0)) for t in tasks}
         # 7. compile, check against torch, benchmark on a phone of the key.
         report("compile: building tuned and untuned models, checking against torch")
-        result = compile_stage.compile_and_check(
-            prep.extracted.fused, prep.profile.target_json(), staging / "best", staging,
-            prep.bundle.inputs, prep.bundle.outputs, farm.tracker, prep.profile.key,
-            {t.workload_key: t.name for t in tasks},
-            {t.name for t in tasks if bests.get(t.workload_key) is not None},
-            prep.extracted.untunable, fcompile=cross.fcompile(prep.profile),
-        )
+        result = compile_stage.compile_and_check(compile_stage.ModelCheck(
+            fused=prep.extracted.fused, target_json=prep.profile.target_json(),
+            log_dir=staging / "best", out_dir=staging, inputs=prep.bundle.inputs,
+            expected=prep.bundle.outputs, task_names={t.workload_key: t.name for t in tasks},
+            tuned_names={t.name for t in tasks if bests.get(t.workload_key) is not None},
+            untunable=prep.extracted.untunable, tracker=farm.tracker,
+            device_key=prep.profile.key, fcompile=cross.fcompile(prep.profile)))
         result.fallback.update({t.name: unusable[t.workload_key] for t in tasks
                                 if t.workload_key in unusable})
         summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,

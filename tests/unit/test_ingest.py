@@ -107,9 +107,11 @@ def compiled(bundle, tmp_path):
 
     target = {"kind": "llvm"}
     (tmp_path / "log").mkdir()
-    return compile_stage.compile_and_check(
-        fuse(bundle.mod, tvm.target.Target(target)), target, tmp_path / "log", tmp_path,
-        bundle.inputs, bundle.outputs, None, "cpu-local", {}, set(), [], repeat=1, number=1)
+    return compile_stage.compile_and_check(compile_stage.ModelCheck(
+        fused=fuse(bundle.mod, tvm.target.Target(target)), target_json=target,
+        log_dir=tmp_path / "log", out_dir=tmp_path, inputs=bundle.inputs,
+        expected=bundle.outputs, task_names={}, tuned_names=set(), untunable=[], repeat=1,
+        number=1))
 
 
 def test_a_model_tvm_imports_wrongly_is_told_from_a_tuning_error(tmp_path):
