@@ -16,6 +16,7 @@ class FarmError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, *, subject: str | None = None, hint: str | None = None):
+        self.message = message
         self.subject = subject
         self.hint = hint
         text = message if subject is None else f"{subject}: {message}"

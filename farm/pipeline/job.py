@@ -34,6 +34,7 @@ from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
 from farm.pipeline.options import SubmitOptions
 from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
+from farm.pipeline.reader import load_apart
 from farm.pipeline.summary import default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
 from farm.store import TaskState, open_store
@@ -86,8 +87,9 @@ def prepare(opts: SubmitOptions, config: FarmConfig,
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
     contacted; for the embedded one while its worker warms up (see `submit`)."""
     profile = tuned_profile(config, report, opts.target_cpu)
-    bundle = ingest_stage.load(opts.model, ingest_stage.parse_shapes(opts.input_shape),
-                               opts.dtype, opts.allow_pickle, threads=profile.threads)
+    # in a child process that holds no secret of the farm (farm/pipeline/reader.py)
+    bundle = load_apart(opts.model, ingest_stage.parse_shapes(opts.input_shape), opts.dtype,
+                        opts.allow_pickle, threads=profile.threads)
     report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
            f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
