@@ -19,7 +19,7 @@ from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.failures import brief
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
-from farm.core.traces import trace_problem
+from farm.core.traces import foreign_calls, trace_problem
 from farm.jobs.finalize import write_best_log
 from farm.pipeline.extract import workload_key
 from farm.store import RecordStore, StoredRecord, candidate_hash
@@ -148,6 +148,7 @@ def check_log_dir(log_dir: Path) -> None:
 def _read_workloads(log_dir: Path, profile: DeviceProfile,
                     report: ImportReport) -> dict[int, tuple[Any, str] | None]:
     """database_workload.json: line index -> (workload, its key here), None when unreadable."""
+    import tvm
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import Workload
 
@@ -160,6 +161,12 @@ def _read_workloads(log_dir: Path, profile: DeviceProfile,
         except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
             workloads[index] = None
             report.refuse("workload unreadable", f"database_workload.json:{n}: {last_line(e)}")
+            continue
+        calls = foreign_calls(tvm.ir.save_json(wl.mod))
+        if calls:  # its kernels would call whatever it names, on the builder and the phones
+            workloads[index] = None
+            report.refuse(f"its TIR calls outside TVM's operators ({', '.join(calls)})",
+                          f"database_workload.json:{n}")
     return workloads
 
 

@@ -13,6 +13,7 @@ compile turns a stored record into a schedule (the record is skipped, and logged
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 KINDS = frozenset({
@@ -64,3 +65,15 @@ def trace_problem(record: Any) -> str | None:
                 return (f"instruction {i} annotates {key!r}, a key MetaSchedule's search never "
                         "sets (pragma_import_* links foreign native code into the kernel)")
     return None
+
+
+_FOREIGN = re.compile(r'"(?:tirx?)\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|'
+                      r'(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)"')
+
+
+def foreign_calls(mod_json: str) -> list[str]:
+    """The calls out of TVM's own operators in a workload's TIR (its TVM JSON): an extern C
+    function (`call_extern("system", ...)`), an LLVM intrinsic or a packed function named by
+    the module. MetaSchedule's tasks of a model have none; an imported one that does is
+    refused (its kernel would call whatever it names, on the builder and on every phone)."""
+    return sorted(set(_FOREIGN.findall(mod_json)))

@@ -70,3 +70,33 @@ def test_a_worker_never_builds_a_stored_record_that_links_native_code():
     assert len(top) == 1 and "pragma_import" not in str(top[0].as_json())
     with pytest.raises(ValueError, match="pragma_import_llvm"):  # the compile's log: refused
         finalize._commit(None, store, store.get_workload(wk), rec)
+
+
+def test_cache_import_refuses_a_workload_that_calls_out_of_tvm(tmp_path: Path):
+    """A workload's own TIR can name a C function (`call_extern("system", ...)`): its kernels
+    would call it on the builder and on every phone. Refused at import, with its records."""
+    import tvm
+    import tvm.tirx as tx
+    from tvm import te
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+    from farm.core.traces import foreign_calls
+
+    profile = resolve_profile("cpu-local")
+    a = te.placeholder((4,), name="A")
+    b = te.compute((4,), lambda i: tx.call_extern("float32", "system", a[i]), name="B")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    assert foreign_calls(tvm.ir.save_json(mod)) == ["call_extern"]
+    assert foreign_calls(tvm.ir.save_json(matmul_mod())) == []  # a model's own task: none
+    (tmp_path / "log").mkdir()
+    db = JSONDatabase(work_dir=str(tmp_path / "log"))
+    rec = TuningRecord(Schedule(mod).trace, db.commit_workload(mod), [1e-6],
+                       tvm.target.Target(profile.target_json()),
+                       ArgInfo.from_prim_func(mod["main"]))
+    db.commit_tuning_record(rec)
+    dst = open_store("memory://")
+    report = cache.import_log(dst, tmp_path / "log", profile, retarget=True)
+    assert report.new == 0 and dst.workload_keys() == []
+    assert any("calls outside TVM's operators (call_extern)" in line for line in report.lines())
