@@ -81,9 +81,11 @@ def stats(store: RecordStore) -> dict[str, Any]:
                 valid += 1
             else:
                 failures[r.error_class or "failed"] += 1
+    from farm.store.capacity import capacity
+
     return {"workloads": sum(by_key.values()), "trials": trials, "valid": valid,
             "failures": dict(failures), "workloads_by_device_key": dict(by_key),
-            "jobs": len(store.job_ids())}
+            "jobs": len(store.job_ids()), "capacity": capacity(store).to_json()}
 
 
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:

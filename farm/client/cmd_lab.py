@@ -188,6 +188,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     config = config_of(args, broker_url=args.broker)
     checks = run_checks(config, args.tracker, args.device_key or config.device_key)
     for c in checks:
-        mark = "pass" if c.ok else "FAIL"
-        print(f"[{mark}] {c.name}: {c.detail}" + ("" if c.ok else f"\n       fix: {c.fix}"))
+        mark = ("WARN" if c.warn else "pass") if c.ok else "FAIL"
+        print(f"[{mark}] {c.name}: {c.detail}"
+              + ("" if c.ok and not c.warn else f"\n       fix: {c.fix}"))
     return 0 if all(c.ok for c in checks) else 5

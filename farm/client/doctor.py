@@ -21,6 +21,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warn: bool = False  # passed, but something to act on soon (not counted as a failure)
 
 
 def _run(name: str, fn: Callable[[], str], fix: str) -> Check:
@@ -63,6 +64,27 @@ def check_store(url: str) -> str:
     t0 = time.perf_counter()
     store.ping()
     return f"{redact(url)} reachable and writable ({(time.perf_counter() - t0) * 1e3:.1f} ms)"
+
+
+def check_capacity(url: str) -> Check:
+    """How soon the store is full at the current rate: a warning under WARN_DAYS."""
+    from farm.store import open_store
+    from farm.store.capacity import WARN_DAYS, capacity
+
+    fix = ("raise maxmemory (FARM_REDIS_MAXMEMORY or redis.conf), or `farm cache rm` what is "
+           "no longer tuned for")
+    try:
+        cap = capacity(open_store(url))
+    except Exception as e:  # noqa: BLE001 - one line of the report
+        return Check("store capacity", False, f"{type(e).__name__}: {e}", fix)
+    per, days = cap.bytes_per_measurement, cap.days_until_full
+    detail = (f"{cap.used_bytes / 2**20:.1f} MiB used of "
+              f"{f'{cap.max_bytes / 2**20:.0f} MiB' if cap.max_bytes else 'no limit'}, "
+              f"{cap.measurements} measurements"
+              + (f" ({per:.0f} bytes each), {cap.per_day:.0f} a day" if per else "")
+              + (f": full in {days:.1f} days" if days is not None else ""))
+    return Check("store capacity", True, detail, fix if days is not None and days < WARN_DAYS
+                 else "", warn=days is not None and days < WARN_DAYS)
 
 
 def check_phones(tracker: str, key: str) -> str:
@@ -166,6 +188,8 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
     if config.store_url:
         checks.append(_run("Redis (store and broker)", lambda: check_store(str(config.store_url)),
                            "check FARM_BROKER_URL / FARM_REDIS_URL and `redis-cli -u URL ping`"))
+        if checks[-1].ok:
+            checks.append(check_capacity(str(config.store_url)))
     else:
         from farm.local.services import redis_binary
 

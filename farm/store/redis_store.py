@@ -105,6 +105,10 @@ class RedisStore(RecordStore, RedisPhoneLedger):
                                hint="check it with `redis-cli -u URL ping`, or unset "
                                     "FARM_BROKER_URL to use the embedded farm") from e
 
+    def memory(self) -> tuple[int, int] | None:
+        info = self.r.info("memory")
+        return int(info.get("used_memory") or 0), int(info.get("maxmemory") or 0)
+
     def full(self) -> str | None:
         info = self.r.info("memory")
         limit, used = int(info.get("maxmemory") or 0), int(info.get("used_memory") or 0)

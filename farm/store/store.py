@@ -201,6 +201,10 @@ class RecordStore(Records, JobStore, Coordination, HostRegistry, LearnedStore, P
         """Why the store refuses every write now (its memory limit reached), or None."""
         return None
 
+    def memory(self) -> tuple[int, int] | None:
+        """(bytes used, the limit; 0: none), or None where the store does not say."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

@@ -69,3 +69,29 @@ def test_doctor_names_what_is_missing_and_the_fix(one_phone, tmp_path):
     assert "[FAIL] Redis (store and broker)" in proc.stdout and "redis-cli" in proc.stdout
     assert "[FAIL] phones of key nokey" in proc.stdout and "doc-key" in proc.stdout
     assert "fix: start phones" in proc.stdout
+
+
+def test_doctor_warns_when_the_store_fills_within_a_week(tmp_path):
+    """A store at this hour's rate fills its maxmemory in under 7 days: doctor says when and
+    what to do, as a warning (the farm still works: exit 0)."""
+    import time
+
+    from farm.core.messages import TuneTask
+    from farm.store import StoredRecord, open_store
+
+    svc, url = services.start_redis(tmp_path / "redis", tmp_path, maxmemory="8mb")
+    try:
+        store = open_store(url)
+        store.put_workload(TuneTask(name="w", workload_key="w", weight=1, mod_json="{}",
+                                    target={"kind": "llvm"}, device_key="k"))
+        for i in range(300):  # 300 measurements in the last minute, ~4 KB each
+            store.add_record(StoredRecord(workload_key="w", candidate=f"c{i}",
+                                          record=[{"t": "x" * 4000}, [1.0], {}, []], run_us=1.0,
+                                          job_id="j", measured_at=time.time() - 60))
+        proc = run_farm(["doctor", "--broker", url], tmp_path, timeout_s=300)
+    finally:
+        svc.stop()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "store capacity" in x)
+    assert line.startswith("[WARN] store capacity: ") and "300 measurements" in line, line
+    assert "full in 0." in line and "fix: raise maxmemory" in proc.stdout, proc.stdout

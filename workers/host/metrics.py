@@ -53,6 +53,14 @@ class FarmCollector:
         yield from self._jobs()
         yield GaugeMetricFamily("tunefarm_store_workloads", "Workloads in the record store",
                                 value=len(self.store.workload_keys()))
+        memory = self.store.memory()
+        if memory is not None:  # its rate: deriv(); full when used reaches max (noeviction)
+            gauge = GaugeMetricFamily("tunefarm_store_memory_bytes",
+                                      "The store's Redis memory: used, and its maxmemory "
+                                      "(0: none)", labels=["kind"])
+            gauge.add_metric(["used"], memory[0])
+            gauge.add_metric(["max"], memory[1])
+            yield gauge
 
     def _jobs(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

@@ -1,0 +1,40 @@
+"""How soon the store is full (farm/store/capacity.py): the arithmetic, and the rate read from
+the records' own times."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.core.messages import TuneTask
+from farm.store import StoredRecord, open_store
+from farm.store.capacity import DAY_S, Capacity, capacity
+
+
+def test_days_until_full_at_the_current_rate():
+    cap = Capacity(used_bytes=1_000_000, max_bytes=11_000_000, measurements=1000, per_day=500.0)
+    assert cap.bytes_per_measurement == 1000.0
+    assert cap.days_until_full == pytest.approx(20.0)  # 10 MB left, 0.5 MB a day
+    assert Capacity(1_000, 0, 10, 5.0).days_until_full is None  # no limit
+    assert Capacity(1_000, 5_000, 10, 0.0).days_until_full is None  # nothing measured lately
+    assert Capacity(0, 5_000, 0, 0.0).bytes_per_measurement is None
+
+
+TASK = TuneTask(name="w", workload_key="w", weight=1, mod_json="{}", target={"kind": "llvm"},
+                device_key="k")
+
+
+def test_the_rate_is_read_from_the_records_times():
+    store = open_store("memory://")
+    store.put_workload(TASK)
+    now = 10 * DAY_S
+    for i, age_s in enumerate([10, 100, DAY_S / 2, 2 * DAY_S, 3 * DAY_S]):
+        store.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[{}, [1.0]],
+                                      run_us=1.0, measured_at=now - age_s))
+    cap = capacity(store, now=now)
+    assert cap.measurements == 5 and cap.per_day == 3.0  # three within the last day
+    young = open_store("memory://")  # a store an hour old: its rate over its life
+    young.put_workload(TASK)
+    for i in range(6):
+        young.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[{}, [1.0]],
+                                      run_us=1.0, measured_at=now - 3600))
+    assert capacity(young, now=now).per_day == pytest.approx(6 * 24)
