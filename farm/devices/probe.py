@@ -40,11 +40,21 @@ def workload() -> Any:
                                                                            "main")})
 
 
-def candidate(mod: Any) -> Any:
-    """A scheduled version of `mod`, as a search would make one: tiles and a vector loop."""
+def candidate(mod: Any, gpu: bool = False, threads: int = 64) -> Any:
+    """A scheduled version of `mod`, as a search would make one: tiles and a vector loop on
+    a CPU; on a GPU (OpenCL) every block's spatial loops bound to blocks and threads (a
+    kernel unbound there does not build), `threads` a block."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(mod)
+    if gpu:
+        sch.compute_inline(sch.get_sblock("T_add"))
+        for name in ("C", "compute"):
+            loops = sch.get_loops(sch.get_sblock(name))
+            bx, tx = sch.split(sch.fuse(loops[0], loops[1]), [None, threads])
+            sch.bind(bx, "blockIdx.x")
+            sch.bind(tx, "threadIdx.x")
+        return sch.mod
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     io, ii = sch.split(i, [None, 8])
@@ -71,9 +81,13 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
     mod = workload()
     with tempfile.TemporaryDirectory(prefix="farm-probe-") as work:
         step = "build and link on this host"
+        gpu = target.kind.name != "llvm"
         try:
-            path = export_shared(linker(profile), tvm.compile(candidate(mod), target=target))
-            reference = build_reference(mod, target, profile, work)
+            path = export_shared(linker(profile), tvm.compile(candidate(mod, gpu), target=target))
+            # the reference: TVM's default schedule; on a GPU another bound one (unbound, a
+            # GPU kernel does not build)
+            reference = build_reference(candidate(mod, gpu, threads=32) if gpu else mod,
+                                        target, profile, work)
             step = "ask the tracker for a phone"
             session, phone = request_session(tracker, profile.key, timeout_s)
             step = f"upload and load on {phone}"
