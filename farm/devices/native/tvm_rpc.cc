@@ -186,6 +186,7 @@ class Tracker {
   }
 
   const std::string& matchkey() const { return matchkey_; }
+  int fd() const { return fd_; }
   static constexpr int kPingS = 2;
 
  private:
@@ -286,7 +287,8 @@ void RegisterSessionFunctions() {
 }
 
 // One session in a process of its own; the phone goes on whatever the session does.
-void Serve(int conn, int timeout_s, const Options& opt, const std::string& peer) {
+void Serve(int conn, int timeout_s, const Options& opt, const std::string& peer,
+           const std::vector<int>& inherited) {
   std::string tmpl = opt.work_dir + "/tvm_rpc-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
@@ -297,7 +299,14 @@ void Serve(int conn, int timeout_s, const Options& opt, const std::string& peer)
   std::string workdir = buf.data();
   Log("session of " + peer + " in " + workdir);
   pid_t child = fork();
+  if (child < 0) {
+    Log(std::string("cannot fork a session: ") + std::strerror(errno));
+    close(conn);
+    RemoveTree(workdir);
+    return;
+  }
   if (child == 0) {
+    for (int fd : inherited) close(fd);  // the session holds its connection only
     g_workdir = workdir;
     if (chdir(workdir.c_str()) != 0) _exit(3);
     try {
@@ -427,7 +436,7 @@ int main(int argc, char** argv) {
         conn = -1;
         continue;
       }
-      Serve(conn, timeout_s, opt, peer);
+      Serve(conn, timeout_s, opt, peer, {listener, tracker.fd()});
     }
   }
 }
