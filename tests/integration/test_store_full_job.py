@@ -34,7 +34,8 @@ def test_a_full_store_ends_the_wait_with_its_reason(tmp_path, example_models):
         group.add(services.start_worker(tracker, url, tmp_path, env=env))
         client = subprocess.Popen(
             [sys.executable, "-m", "farm", "submit", str(example_models / "mobile.pt2"),
-             "--trials-per-task", "64", "--out", str(tmp_path / "out")],
+             "--trials-per-task", "64", "--out", str(tmp_path / "out"),
+             "--wait-for-devices", "120"],  # the worker's first heartbeat
             env={**os.environ, **env, "FARM_BROKER_URL": url, "FARM_HOME": str(tmp_path / "h")},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         store = open_store(url)
