@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -262,3 +263,26 @@ def redis_and_tracker(folder: Path) -> Iterator[tuple[object, str, str]]:
         yield group, broker, tracker
     finally:
         group.stop()
+
+
+def crash_a_session(remote: Any, folder: Path, target: Any = "llvm",
+                    fcompile: Any = None) -> None:
+    """Run a kernel that reads 4 GB out of bounds in a session on a phone (`remote`): its
+    session's process dies (a segfault); asserts TVM says so. The phone itself should live."""
+    import numpy as np
+    import pytest
+    import tvm
+    from tvm import te
+
+    x = te.placeholder((4,), name="x")
+    y = te.compute((4,), lambda i: x[i + 1_000_000_000] * 2.0, name="y")
+    lib = folder / "crash.so"
+    tvm.compile(te.create_prim_func([x, y]), target=target).export_library(str(lib),
+                                                                         fcompile=fcompile)
+    remote.upload(str(lib))
+    crash = remote.load_module("crash.so")["main"]
+    dev = remote.cpu(0)
+    a = tvm.runtime.tensor(np.ones(4, "float32"), dev)
+    b = tvm.runtime.tensor(np.zeros(4, "float32"), dev)
+    with pytest.raises(Exception):  # noqa: B017 - the session's process died: TVM's error
+        crash(a, b)

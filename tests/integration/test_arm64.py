@@ -101,29 +101,17 @@ def test_submit_tunes_on_the_emulated_arm64_phone(arm64_tracker, tmp_path):
 def test_the_native_phone_survives_a_crashing_kernel(arm64_tracker, tmp_path):
     """A candidate that segfaults ends its session's process, not the native phone: it logs
     the crash and serves the next session (TVM's Python server needed a guard for this)."""
-    import numpy as np
     import tvm
-    from tvm import te
     from tvm.support import cc
 
     from farm.core.profiles import resolve_profile
     from farm.devices.probe import probe_phone
     from farm.devices.tracker import request_phone
+    from tests.helpers import crash_a_session
 
     profile = resolve_profile("arm64-sim")
-    x = te.placeholder((4,), name="x")
-    y = te.compute((4,), lambda i: x[i + 1_000_000_000] * 2.0, name="y")  # 4 GB out of bounds
-    lib = tmp_path / "crash.so"
-    tvm.compile(te.create_prim_func([x, y]), target=tvm.target.Target(profile.target_json())
-                ).export_library(str(lib), fcompile=cc.cross_compiler("aarch64-linux-gnu-g++"))
-    remote = request_phone(arm64_tracker, "arm64-sim", 60)
-    remote.upload(str(lib))
-    crash = remote.load_module("crash.so")["main"]
-    dev = remote.cpu(0)
-    a = tvm.runtime.tensor(np.ones(4, "float32"), dev)
-    b = tvm.runtime.tensor(np.zeros(4, "float32"), dev)
-    with pytest.raises(Exception):  # noqa: B017 - the session's process died: TVM's error
-        crash(a, b)
-    del crash, a, b, dev, remote
+    crash_a_session(request_phone(arm64_tracker, "arm64-sim", 60), tmp_path,
+                    tvm.target.Target(profile.target_json()),
+                    cc.cross_compiler("aarch64-linux-gnu-g++"))
     got = probe_phone(arm64_tracker, profile, timeout_s=120)  # the next session: served
     assert got.run_us > 0

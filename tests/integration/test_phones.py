@@ -110,24 +110,13 @@ def test_a_phone_cools_down_between_measurements_and_cooling_is_not_busy(tracker
 def test_a_phone_whose_kernel_crashes_serves_the_next_session(tracker, tmp_path):
     """A candidate that segfaults ends its session, not the phone (farm/devices/rpcd.py): before,
     TVM's server stopped listening and the embedded farm ended the job when the phone exited."""
-    import numpy as np
-    import tvm
-    from tvm import rpc, te
+    from tvm import rpc
 
-    x = te.placeholder((4,), name="x")
-    y = te.compute((4,), lambda i: x[i + 1_000_000_000] * 2.0, name="y")  # 4 GB out of bounds
-    lib = tmp_path / "crash.so"
-    tvm.compile(te.create_prim_func([x, y]), target="llvm").export_library(str(lib))
+    from tests.helpers import crash_a_session
+
     host, port = tracker.split(":")
-    remote = rpc.connect_tracker(host, int(port)).request(KEY, session_timeout=30)
-    remote.upload(str(lib))
-    crash = remote.load_module("crash.so")["main"]
-    dev = remote.cpu(0)
-    a = tvm.runtime.tensor(np.ones(4, "float32"), dev)
-    b = tvm.runtime.tensor(np.zeros(4, "float32"), dev)
-    with pytest.raises(Exception):  # noqa: B017 - the session's process died: TVM's error
-        crash(a, b)
-    del crash, a, b, dev, remote
+    crash_a_session(rpc.connect_tracker(host, int(port)).request(KEY, session_timeout=30),
+                    tmp_path)
     path, seen = tmp_path / "phones.jsonl", set()
     deadline = time.monotonic() + 60  # the crashed phone re-registers at the tracker
     while len(seen) < 2 and time.monotonic() < deadline:
