@@ -35,10 +35,34 @@ from farm.core.errors import EXIT_INTERRUPTED, FarmError
 from farm.core.messages import PRIORITIES
 
 
+def _versions() -> str:
+    """tunefarm's version and the TVM its phones must run (read from the installed packages,
+    without importing TVM: its phones' RPC servers must be built from this version)."""
+    from importlib import metadata
+
+    def of(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"tunefarm {of('tunefarm')} (apache-tvm {of('apache-tvm')}, apache-tvm-ffi "
+            f"{of('apache-tvm-ffi')}, celery {of('celery')}, torch {of('torch')})")
+
+
+class _Version(argparse.Action):
+    """--version: the line as it is (argparse's own action wraps it at the terminal width)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        print(_versions())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="farm", description="tunefarm: a distributed auto-tuning farm")
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.add_argument("--config", help="farm.toml to read (default: $FARM_CONFIG or ./farm.toml)")
+    p.add_argument("--version", action=_Version, nargs=0, help="show the versions and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     _submit_command(sub)

@@ -271,3 +271,15 @@ def test_resume_takes_nothing_from_the_store_that_widens_the_users_request(tmp_p
     stored["options"] = {"model": "m.pt2"}
     with pytest.raises(UsageError, match="--out"):
         SubmitOptions.from_job(JobSpec.from_json(stored))
+
+
+def test_farm_version_names_the_tvm_its_phones_must_run(capsys):
+    from importlib import metadata
+
+    from farm.client.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tunefarm ") and f"apache-tvm {metadata.version('apache-tvm')}" in out
