@@ -72,11 +72,13 @@ def stats(store: RecordStore) -> dict[str, Any]:
     trials = 0
     valid = 0
     failures: Counter = Counter()
+    times: list[float] = []  # every record's, for the capacity
     for wk in store.workload_keys():
         task = store.get_workload(wk)
         by_key[task.device_key if task else "?"] += 1
         for r in store.records(wk):
             trials += 1
+            times.append(r.measured_at)
             if r.valid:
                 valid += 1
             else:
@@ -85,7 +87,7 @@ def stats(store: RecordStore) -> dict[str, Any]:
 
     return {"workloads": sum(by_key.values()), "trials": trials, "valid": valid,
             "failures": dict(failures), "workloads_by_device_key": dict(by_key),
-            "jobs": len(store.job_ids()), "capacity": capacity(store).to_json()}
+            "jobs": len(store.job_ids()), "capacity": capacity(store, times=times).to_json()}
 
 
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:

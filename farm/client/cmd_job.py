@@ -103,7 +103,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace, store: Any) -> int:
     from farm.client.progress import job_view, render
 
-
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
     live = getattr(args, "watch", False)
     while True:

@@ -13,6 +13,7 @@ from typing import Any
 from farm.client.common import config_of, store_of
 from farm.core.config import FarmConfig
 from farm.core.errors import UsageError
+from farm.core.hostid import is_loopback
 from farm.devices.lean import without_torch
 
 
@@ -73,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     args.redis_password = args.redis_password or secret("FARM_REDIS_PASSWORD")
     args.flower_auth = args.flower_auth or secret("FARM_FLOWER_AUTH")
-    if not services.is_loopback(args.bind):
+    if not is_loopback(args.bind):
         missing = [what for what, value in (("FARM_REDIS_PASSWORD", args.redis_password),
                                             ("FARM_FLOWER_AUTH", args.flower_auth)) if not value]
         if missing:
@@ -157,7 +158,6 @@ def cmd_flower(args: argparse.Namespace) -> int:
     if not config.broker_url:
         raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
     from farm.core.secrets import secret
-    from farm.local.services import is_loopback
 
     auth = args.auth or secret("FARM_FLOWER_AUTH")
     if auth is None and not is_loopback(args.address):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-FAILURE_CLASSES = ("build", "runtime", "timeout", "wrong_answer", "culprit", "device_lost")
-
 _NOISE = re.compile(
     r"^(RPCRunner: An exception occurred|LocalRunner: An exception occurred|Traceback \(most "
     r"recent call last\):|During handling of the above exception.*|The above exception was the "

@@ -67,6 +67,14 @@ def trace_problem(record: Any) -> str | None:
     return None
 
 
+def check_trace(record: Any) -> None:
+    """Raise ValueError when the record's trace must not be built (`trace_problem`): where a
+    stored record becomes a schedule to build (the store can be written by others)."""
+    problem = trace_problem(record)
+    if problem is not None:
+        raise ValueError(f"refused, never built: {problem}")
+
+
 _FOREIGN = re.compile(r'"(?:tirx?)\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|'
                       r'(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)"')
 

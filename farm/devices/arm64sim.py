@@ -93,30 +93,31 @@ def prepare(base: Path) -> Path:
     (a ~100 MB download, a few seconds of compiling); returns the path of `tvm_rpc`."""
     check_tools()
     phone, stamp, log_file = base / "phone", base / "ready-native-v1", base / "setup.log"
+    want = wanted()
     with _locked(base / "setup.lock"):
-        if stamp.is_file() and stamp.read_text().split() == wanted():
+        if stamp.is_file() and stamp.read_text().split() == want:
             return phone / "tvm_rpc"
         log.warning("arm64-sim: making the emulated arm64 phone in %s (once)", phone)
         fresh = base / "phone.new"
         shutil.rmtree(fresh, ignore_errors=True)
         fresh.mkdir(parents=True)
-        _libraries(base / "wheels", fresh, log_file)
+        _libraries(want[:len(LIBRARIES)], base / "wheels", fresh, log_file)
         _compile(fresh, log_file)
         shutil.rmtree(phone, ignore_errors=True)
         fresh.rename(phone)
         _check(phone / "tvm_rpc", base)
-        stamp.write_text("\n".join(wanted()) + "\n")
+        stamp.write_text("\n".join(want) + "\n")
         return phone / "tvm_rpc"
 
 
-def _libraries(wheels: Path, into: Path, log_file: Path) -> None:
-    """TVM's aarch64 runtime and FFI libraries, out of the aarch64 wheels of the versions
-    installed here."""
+def _libraries(pins: list[str], wheels: Path, into: Path, log_file: Path) -> None:
+    """TVM's aarch64 runtime and FFI libraries, out of the aarch64 wheels of `pins` (the
+    versions installed here)."""
     shutil.rmtree(wheels, ignore_errors=True)
     _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(wheels),
           "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-          *wanted()[:len(LIBRARIES)]], "pip download of the aarch64 TVM wheels", log_file)
+          *pins], "pip download of the aarch64 TVM wheels", log_file)
     for name, member in LIBRARIES:
         prefix = name.replace("-", "_") + "-"
         found = [w for w in wheels.glob("*.whl") if w.name.startswith(prefix)]

@@ -58,11 +58,10 @@ def check_triple(profile: DeviceProfile) -> str:
 def fcompile(profile: DeviceProfile) -> Callable[..., Any] | None:
     """`export_library`'s fcompile for the profile (None: this machine's compiler, which
     `export_library` uses for a path ending in .so)."""
-    if profile.export != "cross":
-        return None
     from tvm.support import cc as tvm_cc
 
-    return tvm_cc.cross_compiler(compiler(profile))
+    cc = linker(profile)
+    return tvm_cc.cross_compiler(cc) if cc else None
 
 
 def linker(profile: DeviceProfile) -> str | None:

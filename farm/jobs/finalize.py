@@ -20,7 +20,7 @@ from typing import Any
 from farm.core.errors import StoreError, last_line
 from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
-from farm.core.traces import trace_problem
+from farm.core.traces import check_trace
 from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.store import best_of
 from farm.tir.blocknames import translate
@@ -83,8 +83,10 @@ def trusted_best(store: RecordStore, wk: str) -> StoredRecord | None:
     from tvm import __version__ as tvm_version
 
     best = store.best(wk)
-    if best is None or not best.valid or best.trusted(tvm_version):
-        return best if best is not None and best.valid else None
+    if best is None or not best.valid:
+        return None
+    if best.trusted(tvm_version):
+        return best
     return best_of([r for r in store.records(wk) if r.trusted(tvm_version)])
 
 
@@ -151,9 +153,7 @@ def _commit(db: Any, store: RecordStore, task: TuneTask, best: StoredRecord) -> 
     (the same operator can carry other block names in another model) and committed."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-    problem = trace_problem(best.record)  # the store can be written by others
-    if problem is not None:
-        raise ValueError(f"refused, never built: {problem}")
+    check_trace(best.record)  # the store can be written by others
     mod = load_mod(task)
     tuned_on = store.get_workload(task.workload_key)
     record = best.record if tuned_on is None else translate(best.record, load_mod(tuned_on), mod)

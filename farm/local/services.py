@@ -22,7 +22,6 @@ from pathlib import Path
 
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import ServiceError, UsageError
-from farm.core.hostid import is_loopback  # noqa: F401 - services.is_loopback for callers
 from farm.devices.lean import without_torch
 
 log = logging.getLogger(__name__)
@@ -245,8 +244,9 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int 
     addr = advertised_address(host, advertise, tracker)
     port = port if port is not None and port_frees(host, port, 5.0) else free_port(host)
     # a phone holds TVM's runtime only (farm/devices/rpcd.py: runtime_only)
-    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
-           "TVM_USE_RUNTIME_LIB": "1"}
+    from farm.devices.rpcd import RUNTIME_ONLY
+
+    env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), **RUNTIME_ONLY}
     if arch and arch != "arm64":
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
     if arch:

@@ -44,10 +44,13 @@ class Capacity:
                 "days_until_full": None if days is None else round(days, 2)}
 
 
-def capacity(store: Any, now: float | None = None) -> Capacity:
-    """The store's capacity now (reads every record's time: a scan of the store)."""
+def capacity(store: Any, now: float | None = None,
+             times: list[float] | None = None) -> Capacity:
+    """The store's capacity now, from every record's time (`times`, when the caller read the
+    records already; else a scan of the store)."""
     now = time.time() if now is None else now
-    times = [r.measured_at for wk in store.workload_keys() for r in store.records(wk)]
+    if times is None:
+        times = [r.measured_at for wk in store.workload_keys() for r in store.records(wk)]
     used, limit = store.memory() or (0, 0)
     recent = sum(1 for t in times if t >= now - DAY_S)
     oldest = min((t for t in times if t > 0), default=now)

@@ -38,6 +38,9 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
     gated = config.worker_concurrency == 0
     config = _concurrency(config, found, keys)
+    name = hostname or default_name()
+    if hostname:  # refused before TVM is loaded below
+        check_name_free(store, name, config.host_ttl_s)
     from farm.jobs.supervisor import Supervisor
     from workers.host.app import build_app
     from workers.host.heartbeat import Heartbeat
@@ -46,9 +49,6 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
         _preload()
-    name = hostname or default_name()
-    if hostname:
-        check_name_free(store, name, config.host_ttl_s)
     gate_dir = tempfile.mkdtemp(prefix="farm-gate-") if gated else None  # its pool's slots
     app = build_app(config, tracker, name, gate_dir=gate_dir)
     queues = {queue_for(k) for k in keys}
