@@ -8,6 +8,7 @@ one device key (whose profile gives the target the workload key is built from).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections import Counter
@@ -26,6 +27,8 @@ from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import FAILED_RUN_SECS, valid_secs
 from farm.tir.blocknames import canonical_module, translation
 from farm.tir.module import load_mod
+
+log = logging.getLogger(__name__)
 
 
 def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str, Any]]:
@@ -47,7 +50,7 @@ def show(store: RecordStore, wk: str, top: int = 5) -> dict[str, Any]:
     if task is None:
         raise StoreError("no such workload in the store", subject=f"workload {wk}",
                          hint="`farm cache ls` lists them")
-    records = store.records(wk)
+    records = store.all_records(wk)
     valid = sorted((r for r in records if r.valid), key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
     failures = Counter(r.error_class for r in records if not r.valid)
     errors: dict[str, str] = {}  # class -> the first message measured (the phone's own words)
@@ -73,10 +76,12 @@ def stats(store: RecordStore) -> dict[str, Any]:
     valid = 0
     failures: Counter = Counter()
     times: list[float] = []  # every record's, for the capacity
+    hot = 0
     for wk in store.workload_keys():
         task = store.get_workload(wk)
         by_key[task.device_key if task else "?"] += 1
-        for r in store.records(wk):
+        hot += len(store.records(wk))
+        for r in store.entries(wk):
             trials += 1
             times.append(r.measured_at)
             if r.valid:
@@ -87,7 +92,10 @@ def stats(store: RecordStore) -> dict[str, Any]:
 
     return {"workloads": sum(by_key.values()), "trials": trials, "valid": valid,
             "failures": dict(failures), "workloads_by_device_key": dict(by_key),
-            "jobs": len(store.job_ids()), "capacity": capacity(store, times=times).to_json()}
+            "jobs": len(store.job_ids()), "whole_in_redis": hot,
+            "spooled": store.spool_size(),
+            "archive": store.archive.url if store.archive else None,
+            "capacity": capacity(store, times=times).to_json()}
 
 
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
@@ -100,6 +108,38 @@ def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> 
              if (b := store.best(t.workload_key)) is not None and b.valid}
     bests = write_best_log(store, tasks, out_dir, picks)
     return sum(1 for b in bests.values() if b is not None)
+
+
+def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+    """`farm cache export --all`: every record of every workload (Redis's and the archive's,
+    valid and failed) as a MetaSchedule JSONDatabase; returns the records written."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+    from farm.core.traces import check_trace
+    from farm.store.cold import drain
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError("is a file: the log is a folder (two JSON files)", subject=str(out_dir),
+                         hint="name a folder that does not exist yet, or an empty one")
+    if store.archive is not None:
+        drain(store, store.archive)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    db = JSONDatabase(work_dir=str(out_dir), module_equality="structural")
+    written = 0
+    for wk in store.workload_keys():
+        task = store.get_workload(wk)
+        if task is None or (device_key and task.device_key != device_key):
+            continue
+        workload = db.commit_workload(load_mod(task))
+        for rec in sorted(store.all_records(wk), key=lambda r: r.measured_at):
+            try:
+                check_trace(rec.record)
+                db.commit_tuning_record(TuningRecord.from_json(rec.record, workload))
+            except Exception as e:  # noqa: BLE001 - an unreadable record is skipped, said
+                log.warning("export: record %s of %s skipped: %s", rec.candidate, wk, e)
+                continue
+            written += 1
+    return written
 
 
 @dataclass
@@ -299,7 +339,7 @@ def remove(store: RecordStore, workload_keys: list[str], source: str | None = No
     removed = 0
     folder = source.rstrip("/") + "/" if source.startswith("import:/") else None
     for wk in workload_keys or store.workload_keys():
-        picked = [r.candidate for r in store.records(wk)
+        picked = [r.candidate for r in store.all_records(wk)
                   if source in (r.job_id, r.host, r.source)
                   or (folder is not None and r.source.startswith(folder))]
         removed += store.remove_records(wk, picked)

@@ -27,13 +27,31 @@ def workload(wk: str) -> str:
 
 
 def records(wk: str) -> str:
-    """Hash: candidate hash -> stored record JSON (valid and failed kernels)."""
+    """Hash: candidate hash -> its entry (run time or failure class, verified, TVM version,
+    time: farm/store/packing.py), for every candidate ever measured: deduplication."""
     return key_for("wl", wk, "records")
 
 
 def best(wk: str) -> str:
     """Hash: the best valid record so far (fields cand, us, record)."""
     return key_for("wl", wk, "best")
+
+
+def hot(wk: str) -> str:
+    """Hash: candidate hash -> whole record, packed (farm/store/packing.py), for the K fastest
+    valid candidates of the workload (failures leave first); the others are in the archive."""
+    return key_for("wl", wk, "hot")
+
+
+def hot_rank(wk: str) -> str:
+    """Sorted set: the candidates of `hot`, scored by run time (a failure last)."""
+    return key_for("wl", wk, "hot-rank")
+
+
+def spool() -> str:
+    """List: "<workload key>\\n<packed record>", whole records on their way to the archive
+    (farm/store/cold.py drains it)."""
+    return key_for("spool")
 
 
 def device_lost(wk: str) -> str:

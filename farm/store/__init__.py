@@ -4,21 +4,34 @@
 from redis import RedisError as StoreUnavailable
 
 from farm.store.broker import BrokerQueues
-from farm.store.store import RecordStore, StoredRecord, TaskState, candidate_hash, is_better
+from farm.store.store import (
+    HOT_RECORDS,
+    RecordStore,
+    StoredRecord,
+    TaskState,
+    candidate_hash,
+    is_better,
+)
 
 __all__ = ["RecordStore", "StoreUnavailable", "StoredRecord", "TaskState", "candidate_hash",
            "is_better", "open_broker", "open_store"]
 
 
-def open_store(url: str | None) -> RecordStore:
-    """A Redis store for `url`, or an in-memory one for `memory://` (tests, dry runs)."""
+def open_store(url: str | None, hot_records: int = HOT_RECORDS,
+               archive: str | None = None) -> RecordStore:
+    """A Redis store for `url`, or an in-memory one for `memory://` (tests, dry runs).
+    `hot_records`: whole records a workload keeps in Redis; `archive`: where the others
+    are read from (a folder or fsspec URL; farm/store/cold.py), None: Redis's only."""
+    from farm.store.cold import Archive
+
+    cold = Archive(archive) if archive else None
     if url is None or url.startswith("memory://"):
         from farm.store.memory_store import MemoryStore
 
-        return MemoryStore()
+        return MemoryStore(hot_records, cold)
     from farm.store.redis_store import RedisStore
 
-    return RedisStore(url)
+    return RedisStore(url, hot_records, cold)
 
 
 def open_broker(url: str) -> BrokerQueues:

@@ -50,7 +50,7 @@ def capacity(store: Any, now: float | None = None,
     records already; else a scan of the store)."""
     now = time.time() if now is None else now
     if times is None:
-        times = [r.measured_at for wk in store.workload_keys() for r in store.records(wk)]
+        times = [e.measured_at for wk in store.workload_keys() for e in store.entries(wk)]
     used, limit = store.memory() or (0, 0)
     recent = sum(1 for t in times if t >= now - DAY_S)
     oldest = min((t for t in times if t > 0), default=now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
@@ -11,6 +12,8 @@ from farm.store.learned import model_key
 from farm.store.phones import MemoryPhoneLedger
 from farm.store.store import (
     COUNTERS,
+    HOT_RECORDS,
+    Entry,
     RecordStore,
     StoredRecord,
     TaskState,
@@ -20,13 +23,20 @@ from farm.store.store import (
     on_phone,
 )
 
+if TYPE_CHECKING:
+    from farm.store.cold import Archive
+
 
 class MemoryStore(RecordStore, MemoryPhoneLedger):
-    def __init__(self) -> None:
+    def __init__(self, hot_records: int = HOT_RECORDS, archive: Archive | None = None) -> None:
         MemoryPhoneLedger.__init__(self)
+        self.hot_records = hot_records
+        self.archive = archive
         self._lock = threading.Lock()
         self._workloads: dict[str, TuneTask] = {}
-        self._records: dict[str, dict[str, StoredRecord]] = {}
+        self._records: dict[str, dict[str, StoredRecord]] = {}  # every one (entries)
+        self._hot: dict[str, dict[str, float]] = {}  # wk -> candidate -> rank (as Redis)
+        self._spool: list[StoredRecord] = []
         self._best: dict[str, StoredRecord] = {}
         self._jobs: dict[str, JobSpec] = {}
         self._tasks: dict[str, dict[str, TaskState]] = {}
@@ -112,6 +122,7 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
             if not new:
                 return False
             recs[rec.candidate] = rec
+            self._keep_hot(rec)
             if not rec.verified:
                 return True  # never the best before a phone of the farm measured it
             if rec.job_id:
@@ -123,6 +134,15 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
             elif rec.valid and is_better(rec.run_us, cur.run_us if cur else None):
                 self._best[rec.workload_key] = rec
             return True
+
+    def _keep_hot(self, rec: StoredRecord) -> None:
+        """As keep_best.lua: the K fastest stay whole (failures leave first), others spool."""
+        hot = self._hot.setdefault(rec.workload_key, {})
+        hot[rec.candidate] = rec.run_us if rec.valid else 1e18  # type: ignore[assignment]
+        if len(hot) > max(1, self.hot_records):
+            out = max(hot, key=lambda c: (hot[c], c))
+            del hot[out]
+            self._spool.append(self._records[rec.workload_key][out])
 
     def _set_best(self, wk: str) -> None:
         best = best_of(list(self._records.get(wk, {}).values()))
@@ -140,6 +160,7 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
             removed = 0
             for cand in candidates:
                 removed += recs.pop(cand, None) is not None
+                self._hot.get(wk, {}).pop(cand, None)
                 self._lost.pop((wk, cand), None)
             cur = self._best.get(wk)
             if cur is not None and cur.candidate in candidates:
@@ -150,6 +171,7 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         with self._lock:
             existed = self._workloads.pop(wk, None) is not None
             self._records.pop(wk, None)
+            self._hot.pop(wk, None)
             self._best.pop(wk, None)
             self._exhausted.pop(wk, None)
             self._features.pop(wk, None)
@@ -163,10 +185,46 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         return candidate in self._records.get(wk, {})
 
     def records(self, wk: str) -> list[StoredRecord]:
-        return list(self._records.get(wk, {}).values())
+        recs = self._records.get(wk, {})
+        out = [recs[c] for c in self._hot.get(wk, {}) if c in recs]
+        best = self._best.get(wk)
+        if best is not None and best.candidate not in self._hot.get(wk, {}):
+            out.append(best)
+        return out
+
+    def entries(self, wk: str) -> list[Entry]:
+        return [Entry.of(r) for r in self._records.get(wk, {}).values()]
+
+    def entry(self, wk: str, candidate: str) -> Entry | None:
+        rec = self._records.get(wk, {}).get(candidate)
+        return None if rec is None else Entry.of(rec)
 
     def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
-        return self._records.get(wk, {}).get(candidate)
+        best = self._best.get(wk)
+        if candidate in self._hot.get(wk, {}) or (best and best.candidate == candidate):
+            return self._records.get(wk, {}).get(candidate)
+        if candidate not in self._records.get(wk, {}) or self.archive is None:
+            return None
+        from farm.store.cold import drain
+
+        drain(self, self.archive)
+        found = None
+        for rec in self.archive.records(None, wk):
+            if rec.candidate == candidate:
+                found = rec
+        return found
+
+    def spooled(self, n: int) -> tuple[int, list[StoredRecord]]:
+        with self._lock:
+            taken = self._spool[:n]
+        return len(taken), list(taken)
+
+    def unspool(self, n: int) -> None:
+        with self._lock:
+            del self._spool[:n]
+
+    def spool_size(self) -> int:
+        return len(self._spool)
 
     def record_count(self, wk: str) -> int:
         return len(self._records.get(wk, {})) - self.unverified_count(wk)

@@ -1,52 +1,43 @@
-"""The record store on Redis: thin I/O; the atomic keep-best is keep_best.lua."""
+"""The store on Redis: thin I/O (records: redis_records.py; the atomic keep-best is
+keep_best.lua)."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from farm.core import keys
 from farm.core.config import redact
 from farm.core.errors import ServiceError, StoreError
-from farm.core.messages import JobSpec, TuneTask
+from farm.core.messages import JobSpec
 from farm.store.hosts import HostBeat
-from farm.store.learned import model_key
 from farm.store.phones import RedisPhoneLedger
-from farm.store.store import (
-    RecordStore,
-    StoredRecord,
-    TaskState,
-    check_run_us,
-    counts_of,
-    on_phone,
-    parse_record,
-)
+from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, _lua
+from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
+if TYPE_CHECKING:
+    from farm.store.cold import Archive
 
-def _lua(name: str) -> str:
-    return Path(__file__).with_name(name).read_text()
-
-
-_BEST = _lua("best.lua")  # shared functions, prepended to the scripts that keep the best
-_KEEP_BEST = _BEST + _lua("keep_best.lua")
-_REMOVE = _BEST + _lua("remove_records.lua")
 _RELEASE_LEASE = _lua("release_lease.lua")
 _LEASE = _lua("lease.lua")
 _FINISH_ROUND = _lua("finish_round.lua")
 
 
+class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
+    """A `RecordStore` on one Redis database. Drops its clients when pickled. Its records:
+    farm/store/redis_records.py; `hot_records` whole records per workload stay in Redis,
+    the others go to `archive` (farm/store/cold.py)."""
 
-
-class RedisStore(RecordStore, RedisPhoneLedger):
-    """A `RecordStore` on one Redis database. Drops its client when pickled."""
-
-    def __init__(self, url: str):
+    def __init__(self, url: str, hot_records: int = HOT_RECORDS,
+                 archive: Archive | None = None):
         self.url = url
+        self.hot_records = hot_records
+        self.archive = archive
         self._client: redis.Redis | None = None
+        self._bytes: redis.Redis | None = None
         self._script: Any = None
         self._lease: Any = None
         self._release: Any = None
@@ -54,25 +45,35 @@ class RedisStore(RecordStore, RedisPhoneLedger):
         self._remove: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url}
+        return {"url": self.url, "hot_records": self.hot_records, "archive": self.archive}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"])  # type: ignore[misc]
+        self.__init__(state["url"], state["hot_records"], state["archive"])  # type: ignore[misc]
+
+    def _connect(self, decode: bool) -> redis.Redis:
+        return redis.Redis.from_url(
+            self.url, decode_responses=decode, socket_connect_timeout=5,
+            socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
+        )
+
+    @property
+    def rb(self) -> Any:
+        """A client whose replies are bytes: packed records, compressed texts."""
+        if self._bytes is None:
+            self._bytes = self._connect(False)
+        return self._bytes
 
     @property
     def r(self) -> Any:
         """The client (decode_responses: every reply is str, which redis-py's own types do not
         say, hence Any)."""
         if self._client is None:
-            client = redis.Redis.from_url(
-                self.url, decode_responses=True, socket_connect_timeout=5,
-                socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
-            )
-            self._script = client.register_script(_KEEP_BEST)
+            client = self._connect(True)
+            self._script = client.register_script(KEEP_BEST)
             self._lease = client.register_script(_LEASE)
             self._release = client.register_script(_RELEASE_LEASE)
             self._finish = client.register_script(_FINISH_ROUND)
-            self._remove = client.register_script(_REMOVE)
+            self._remove = client.register_script(REMOVE)
             # published last: another thread that sees the client finds its scripts too
             self._client = client
         return self._client
@@ -123,126 +124,9 @@ class RedisStore(RecordStore, RedisPhoneLedger):
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    # --- workloads and records ---------------------------------------------
-    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
-        self.r.sadd(keys.model_workloads(model_key(task.device_key, task.target)),
-                    task.workload_key)
-        new = bool(self.r.hsetnx(keys.workload(task.workload_key), "task", task.dumps()))
-        if new:
-            self.r.hset(keys.workload(task.workload_key),
-                        mapping={"first_job": job_id, "created_at": str(time.time())})
-            self.r.zadd(keys.workload_index(), {task.workload_key: time.time()}, nx=True)
-        return new
-
-    def get_workload(self, wk: str) -> TuneTask | None:
-        raw = self.r.hget(keys.workload(wk), "task")
-        return None if raw is None else TuneTask.loads(raw)
-
-    def workload_keys(self) -> list[str]:
-        return list(self.r.zrange(keys.workload_index(), 0, -1))
-
-    def model_workloads(self, mkey: str) -> list[str]:
-        return sorted(self.r.smembers(keys.model_workloads(mkey)))
-
-    def put_features(self, wk: str, features: dict[str, str]) -> None:
-        if features:
-            self.r.hset(keys.features(wk), mapping=features)
-
-    def features(self, wk: str) -> dict[str, str]:
-        return dict(self.r.hgetall(keys.features(wk)))
-
-    def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
-        pipe = self.r.pipeline(transaction=True)
-        pipe.delete(keys.cost_model(mkey))
-        if fields:
-            pipe.hset(keys.cost_model(mkey), mapping=fields)
-        pipe.execute()
-
-    def cost_model(self, mkey: str) -> dict[str, str]:
-        return dict(self.r.hgetall(keys.cost_model(mkey)))
-
-    def add_record(self, rec: StoredRecord) -> bool:
-        check_run_us(rec)
-        self.r  # noqa: B018 - make sure the script is registered
-        run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
-        measured_key = keys.job_measured(rec.job_id) if rec.job_id else ""
-        counts_key = keys.job_counts(rec.job_id) if rec.job_id else ""
-        try:
-            return bool(self._script(
-                keys=[keys.records(rec.workload_key), keys.best(rec.workload_key), measured_key,
-                      counts_key, keys.unverified(rec.workload_key)],
-                args=[rec.candidate, rec.dumps(), run_us, rec.workload_key,
-                      "1" if on_phone(rec) else "0",
-                      "1" if rec.verified else "0", rec.tvm],
-            ))
-        except redis.exceptions.OutOfMemoryError as e:
-            raise StoreError(f"the store is full (Redis maxmemory reached, it evicts nothing): "
-                             f"{e}", subject=f"{redact(self.url)}, workload {rec.workload_key}",
-                             hint="records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY "
-                                  "or redis.conf), then `farm resume` the job") from e
-        except redis.exceptions.ResponseError as e:  # after OOM: its subclass
-            if "refused" not in str(e):
-                raise
-            raise StoreError(str(e), subject=f"record {rec.candidate} of workload "
-                                             f"{rec.workload_key}") from e
-
-    def has_candidate(self, wk: str, candidate: str) -> bool:
-        return bool(self.r.hexists(keys.records(wk), candidate))
-
-    def records(self, wk: str) -> list[StoredRecord]:
-        out = []
-        for cand, raw in self.r.hgetall(keys.records(wk)).items():
-            rec = parse_record(raw, f"{keys.records(wk)}[{cand}]")
-            if rec is not None:
-                out.append(rec)
-        return out
-
-    def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
-        raw = self.r.hget(keys.records(wk), candidate)
-        return None if raw is None else parse_record(raw, f"{keys.records(wk)}[{candidate}]")
-
-    def record_count(self, wk: str) -> int:
-        # no MULTI: a full Redis (noeviction) refuses a transaction, even of reads
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hlen(keys.records(wk))
-        pipe.scard(keys.unverified(wk))
-        total, unverified = pipe.execute()
-        return int(total) - int(unverified)
-
-    def unverified_count(self, wk: str) -> int:
-        return int(self.r.scard(keys.unverified(wk)))
-
-    def remove_records(self, wk: str, candidates: list[str]) -> int:
-        if not candidates:
-            return 0
-        self.r  # noqa: B018
-        return int(self._remove(keys=[keys.records(wk), keys.best(wk), keys.unverified(wk),
-                                      keys.device_lost(wk)], args=list(candidates)))
-
-    def remove_workload(self, wk: str) -> bool:
-        task = self.get_workload(wk)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
-                    keys.device_lost(wk), keys.features(wk))
-        pipe.zrem(keys.workload_index(), wk)
-        if task is not None:
-            pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
-        deleted, *_ = pipe.execute()
-        return int(deleted) > 0
-
-    def best(self, wk: str) -> StoredRecord | None:
-        raw = self.r.hget(keys.best(wk), "record")
-        return None if raw is None else parse_record(raw, keys.best(wk))
-
-    def note_device_lost(self, wk: str, candidate: str) -> int:
-        return int(self.r.hincrby(keys.device_lost(wk), candidate, 1))
-
-    def mark_exhausted(self, wk: str, count: int) -> None:
-        self.r.hset(keys.workload(wk), "exhausted_at", str(count))
-
-    def exhausted(self, wk: str) -> bool:
-        return self.r.hget(keys.workload(wk), "exhausted_at") is not None
+        if self._bytes is not None:
+            self._bytes.close()
+            self._bytes = None
 
     # --- jobs ----------------------------------------------------------------
     def put_job(self, spec: JobSpec) -> None:

@@ -1,5 +1,6 @@
 -- Delete records of one workload; recompute the best when it was one of them (atomic).
--- KEYS[1] records hash; KEYS[2] best hash; KEYS[3] unverified set; KEYS[4] device-lost hash
+-- KEYS[1] records hash; KEYS[2] best hash; KEYS[3] unverified set; KEYS[4] device-lost hash;
+-- KEYS[5] hot hash; KEYS[6] hot sorted set
 -- ARGV candidate hashes. Returns how many records were deleted.
 local removed = 0
 local best = redis.call('HGET', KEYS[2], 'cand')
@@ -8,11 +9,13 @@ for _, cand in ipairs(ARGV) do
   removed = removed + redis.call('HDEL', KEYS[1], cand)
   redis.call('SREM', KEYS[3], cand)
   redis.call('HDEL', KEYS[4], cand)
+  redis.call('HDEL', KEYS[5], cand)
+  redis.call('ZREM', KEYS[6], cand)
   if cand == best then
     best_gone = true
   end
 end
 if best_gone then
-  recompute_best(KEYS[1], KEYS[2])
+  recompute_best(KEYS[1], KEYS[2], KEYS[5])
 end
 return removed

@@ -23,7 +23,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.core.errors import StoreError
 from farm.core.messages import TuneTask, _Message
@@ -43,8 +43,12 @@ from farm.store.jobs import (  # noqa: F401 - re-exported: the store's whole voc
 from farm.store.learned import LearnedStore
 from farm.store.phones import PhoneLedger
 
+if TYPE_CHECKING:
+    from farm.store.cold import Archive
+
 log = logging.getLogger(__name__)
 
+HOT_RECORDS = 32  # whole records a workload keeps in Redis (the fastest); the rest: archive
 FAILED_RUN_SECS = 1e10  # what MetaSchedule stores as the run time of a failed candidate
 # device_lost is never stored (the candidate is measured again), unless the same candidate lost
 # a phone CULPRIT_AFTER times: then it is stored as the "culprit" and never measured again.
@@ -81,6 +85,32 @@ class StoredRecord(_Message):
     def trusted(self, tvm_version: str = "") -> bool:
         """Measured by a phone of the farm with this TVM version (or an unknown one)."""
         return self.verified and not (tvm_version and self.tvm and self.tvm != tvm_version)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured candidate as the store keeps every one of them (in tens of bytes: the
+    whole record of most candidates is in the archive, farm/store/cold.py)."""
+
+    candidate: str
+    run_us: float | None  # None for a failed kernel
+    error_class: str | None
+    verified: bool
+    tvm: str
+    measured_at: float
+
+    @property
+    def valid(self) -> bool:
+        return self.run_us is not None and self.error_class is None
+
+    def trusted(self, tvm_version: str = "") -> bool:
+        """As StoredRecord.trusted."""
+        return self.verified and not (tvm_version and self.tvm and self.tvm != tvm_version)
+
+    @classmethod
+    def of(cls, rec: StoredRecord) -> Entry:
+        return cls(rec.candidate, rec.run_us if rec.valid else None, rec.error_class,
+                   rec.verified, rec.tvm, rec.measured_at)
 
 
 def valid_secs(secs: object) -> bool:
@@ -146,11 +176,34 @@ class Records(ABC):
 
     @abstractmethod
     def records(self, wk: str) -> list[StoredRecord]:
-        """Every record of a workload; corrupt ones are logged with their key and skipped."""
+        """The whole records the store keeps hot: the workload's K fastest (failures leave
+        first), its best, and records of an older layout; corrupt ones are logged with their
+        key and skipped. Every record, archive included: farm/store/cold.all_records."""
+
+    @abstractmethod
+    def entries(self, wk: str) -> list[Entry]:
+        """Every candidate ever measured for the workload (whole record or not)."""
+
+    @abstractmethod
+    def entry(self, wk: str, candidate: str) -> Entry | None:
+        """One candidate's entry (None when it was never stored)."""
 
     @abstractmethod
     def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
-        """One stored record by its candidate hash (None when absent or corrupt)."""
+        """One whole record by its candidate hash: hot, or from the archive when the store
+        was opened with one (None when absent or corrupt)."""
+
+    @abstractmethod
+    def spooled(self, n: int) -> tuple[int, list[StoredRecord]]:
+        """The first `n` records of the spool (whole records on their way to the archive):
+        (how many were taken, those readable). They stay until `unspool`."""
+
+    @abstractmethod
+    def unspool(self, n: int) -> None:
+        """Remove the first `n` records of the spool (written to the archive)."""
+
+    @abstractmethod
+    def spool_size(self) -> int: ...
 
     @abstractmethod
     def record_count(self, wk: str) -> int:
@@ -196,6 +249,14 @@ class RecordStore(Records, JobStore, Coordination, HostRegistry, LearnedStore, P
     @abstractmethod
     def ping(self) -> None:
         """Raise ServiceError when the store is unreachable or not writable."""
+
+    archive: Archive | None = None  # where whole records that left Redis are (cold.py)
+
+    def all_records(self, wk: str) -> list[StoredRecord]:
+        """Every record of a workload, the archive's too (when the store has one)."""
+        from farm.store.cold import all_records
+
+        return all_records(self, self.archive, wk)
 
     def full(self) -> str | None:
         """Why the store refuses every write now (its memory limit reached), or None."""

@@ -55,20 +55,22 @@ def seed(store, n: int = 64, count: int = 120):
     return wk, mod, target, truth
 
 
-def test_cost_model_is_trained_on_stored_records():
+def test_cost_model_is_trained_on_stored_records(tmp_path):
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
     from workers.round.costmodel import pretrained_cost_model
 
-    store = open_store("memory://")
+    # 32 whole records stay in the store, the rest is in the archive: it learns from all
+    store = open_store("memory://", hot_records=32, archive=str(tmp_path / "archive"))
     wk, mod, target, truth = seed(store)
+    assert len(store.records(wk)) <= 33 and store.spool_size() > 60
     workload = Workload(mod)
     model, learned = pretrained_cost_model(store, wk, workload, target)
     assert learned == len(truth) == store.record_count(wk) >= 100
     assert model.data_size == learned
     assert model.booster is not None  # trained: past XGBModel's 100 random warm-up samples
-    recs = store.records(wk)
+    recs = store.all_records(wk)
     cands = [TuningRecord.from_json(r.record, workload).as_measure_candidate() for r in recs]
     scores = model.predict(TuneContext(mod=mod, target=target, task_name="t"), cands)
     # predictions are throughput-like (higher = faster): they must rank like the truth

@@ -38,6 +38,7 @@ from tvm.s_tir.meta_schedule.database import Workload
 from farm.core import keys
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord
+from farm.store.cold import samples
 from farm.store.learned import model_key
 from farm.store.store import FAILED_RUN_SECS
 from workers.round.database import tuning_record
@@ -192,8 +193,13 @@ def train(store: RecordStore, mkey: str, threads: int = 1,
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     budget, total, groups = FEATURIZE_LIMIT, 0, 0
-    for wk in store.model_workloads(mkey):
-        recs = learnable(store.records(wk))
+    workloads = store.model_workloads(mkey)
+    # Redis's whole records and, where this host reads the archive, a sample of it (one pass)
+    first = store.get_workload(workloads[0]) if workloads else None
+    known = samples(store, store.archive, first.device_key if first else "", workloads,
+                    PER_WORKLOAD)
+    for wk in workloads:
+        recs = learnable(known[wk])
         total += len(recs)
         recs = recs[:PER_WORKLOAD]
         if wk in exclude or len(recs) < 2 or not recs[0].valid:
@@ -322,7 +328,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
 
     model = XGBModel(num_tuning_cores=threads)
     candidates, results = [], []
-    for rec in learnable(store.records(workload_key))[:PRETRAIN_LIMIT]:
+    for rec in learnable(store.all_records(workload_key))[:PRETRAIN_LIMIT]:
         try:
             cand = tuning_record(rec, workload).as_measure_candidate()
         except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample

@@ -1,0 +1,206 @@
+"""The archive: every whole record that left Redis, append-only, compressed.
+
+Redis keeps an entry for every measured candidate (deduplication, the best, accounting) and
+the whole record of each workload's K fastest (farm/store/packing.py). A whole record that
+leaves the K, and every failure past them, is pushed onto the store's spool by the commit
+itself (keep_best.lua, atomic with it); `drain` moves the spool into the archive: JSON lines
+compressed with zstd, one file per device key, day and writing process:
+
+    <archive>/<device key>/<YYYY-MM-DD>/<host>-<pid>.jsonl.zst
+
+(zstd frames appended; a file is read whole with `zstd -dc`). The archive is a local folder
+(default: the farm's home, `archive/`) or any fsspec URL (a shared mount, `s3://...` with
+s3fs installed). A lab whose workers should all read it gives them one shared location.
+
+Nothing measured is lost: a record is removed from the spool only after its lines are
+written (and flushed to disk, for a local folder); a crash between the two writes them
+twice, and readers keep one per candidate. Redis stays the authority of what exists: a
+record the store has removed (`farm cache rm`) is not read back from the archive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+from farm.core.hostid import short_machine
+from farm.store.store import RecordStore, StoredRecord
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".jsonl.zst"
+DRAIN_BATCH = 2000
+DRAIN_LEASE_S = 120.0
+
+
+def _safe(part: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in part) or "_"
+
+
+class Archive:
+    """The archive at `url` (a folder or an fsspec URL)."""
+
+    def __init__(self, url: str):
+        import fsspec
+
+        self.url = url
+        self.fs, self.root = fsspec.core.url_to_fs(url)
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple)
+                                else (self.fs.protocol,))
+
+    def __repr__(self) -> str:
+        return f"Archive({self.url!r})"
+
+    def append(self, device_key: str, records: list[StoredRecord],
+               now: float | None = None) -> str:
+        """Write records (one zstd frame) to this process's file of the day; returns its path."""
+        import zstandard
+
+        day = datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y-%m-%d")
+        folder = f"{self.root}/{_safe(device_key)}/{day}"
+        path = f"{folder}/{short_machine()}-{os.getpid()}{SUFFIX}"
+        data = "".join(r.dumps() + "\n" for r in records).encode()
+        frame = zstandard.ZstdCompressor(level=6).compress(data)
+        self.fs.makedirs(folder, exist_ok=True)
+        with self.fs.open(path, "ab") as f:
+            f.write(frame)
+            f.flush()
+            if self.local:
+                os.fsync(f.fileno())
+        return path
+
+    def files(self, device_key: str | None = None) -> list[str]:
+        pattern = f"{self.root}/{_safe(device_key) if device_key else '*'}/*/*{SUFFIX}"
+        return sorted(self.fs.glob(pattern))
+
+    def records(self, device_key: str | None = None,
+                workload_key: str | None = None) -> Iterator[StoredRecord]:
+        """Every archived record (of a device key, of a workload), oldest file first; a
+        corrupt line or file is logged with its path and skipped."""
+        import zstandard
+
+        for path in self.files(device_key):
+            try:
+                with self.fs.open(path, "rb") as f:
+                    reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+                    text = reader.read().decode()
+            except (OSError, zstandard.ZstdError) as e:
+                log.warning("archive: %s unreadable, skipped: %s", path, e)
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                if workload_key and f'"workload_key": "{workload_key}"' not in line:
+                    continue
+                try:
+                    rec = StoredRecord.loads(line)
+                except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
+                    log.warning("archive: %s line %d corrupt, skipped: %s", path, n, e)
+                    continue
+                if workload_key is None or rec.workload_key == workload_key:
+                    yield rec
+
+    def prune(self, keep_days: float, now: float | None = None) -> list[str]:
+        """Delete the days older than `keep_days` (0: keep everything); returns the folders."""
+        if keep_days <= 0:
+            return []
+        cutoff = datetime.fromtimestamp(now or time.time(), timezone.utc) - timedelta(
+            days=keep_days)
+        gone = []
+        for folder in sorted(self.fs.glob(f"{self.root}/*/*")):
+            try:
+                day = datetime.strptime(folder.rstrip("/").rsplit("/", 1)[-1], "%Y-%m-%d")
+            except ValueError:
+                continue
+            if day.replace(tzinfo=timezone.utc) + timedelta(days=1) <= cutoff:
+                self.fs.rm(folder, recursive=True)
+                gone.append(folder)
+        return gone
+
+
+def drain(store: RecordStore, archive: Archive, owner: str = "",
+          batch: int = DRAIN_BATCH) -> int:
+    """Move the store's spool into the archive; returns the records moved (0 when another
+    process is draining it now)."""
+    owner = owner or f"{short_machine()}:{os.getpid()}:{threading.get_ident()}"
+    if store.acquire_lease("spool", owner, DRAIN_LEASE_S) is not None:
+        return 0
+    moved = 0
+    devices: dict[str, str] = {}
+    try:
+        while True:
+            taken, recs = store.spooled(batch)
+            if not taken:
+                break
+            by_key: dict[str, list[StoredRecord]] = {}
+            for rec in recs:
+                if rec.workload_key not in devices:
+                    task = store.get_workload(rec.workload_key)
+                    devices[rec.workload_key] = task.device_key if task else "unknown"
+                by_key.setdefault(devices[rec.workload_key], []).append(rec)
+            for device_key, group in by_key.items():
+                archive.append(device_key, group)
+            store.unspool(taken)
+            moved += len(recs)
+            if taken < batch:
+                break
+    finally:
+        store.release_lease("spool", owner)
+    if moved:
+        log.info("archive: %d records moved to %s", moved, archive.url)
+    return moved
+
+
+def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[StoredRecord]:
+    """Every record of a workload: Redis's whole ones and the archive's, one per candidate
+    (only candidates the store still holds)."""
+    out = {r.candidate: r for r in store.records(wk)}
+    if archive is None:
+        return list(out.values())
+    if store.spool_size():
+        drain(store, archive)
+    task = store.get_workload(wk)
+    entries = {e.candidate: e for e in store.entries(wk)}
+    cold: dict[str, StoredRecord] = {}
+    for rec in archive.records(task.device_key if task else None, wk):
+        entry = entries.get(rec.candidate)
+        # the copy the store's entry describes (a measurement that replaced an import
+        # leaves both in the archive); else the later one
+        if entry is not None and rec.candidate not in out and (
+                rec.candidate not in cold or rec.verified == entry.verified):
+            cold[rec.candidate] = rec
+    return [*out.values(), *cold.values()]
+
+
+def samples(store: RecordStore, archive: Archive | None, device_key: str,
+            workloads: list[str], per_workload: int) -> dict[str, list[StoredRecord]]:
+    """For a cost model of a device key: each workload's records, Redis's whole ones and, in
+    one pass over the key's archive, its `per_workload` fastest valid archived records and
+    up to a quarter as many failures (only candidates the store still holds)."""
+    import heapq
+
+    out = {wk: {r.candidate: r for r in store.records(wk)} for wk in workloads}
+    if archive is None:
+        return {wk: list(recs.values()) for wk, recs in out.items()}
+    if store.spool_size():
+        drain(store, archive)
+    held = {wk: {e.candidate for e in store.entries(wk)} for wk in workloads}
+    fast: dict[str, list[tuple[float, int, StoredRecord]]] = {wk: [] for wk in workloads}
+    failed: dict[str, list[StoredRecord]] = {wk: [] for wk in workloads}
+    for n, rec in enumerate(archive.records(device_key)):
+        wk = rec.workload_key
+        if wk not in out or rec.candidate not in held[wk] or rec.candidate in out[wk]:
+            continue
+        if rec.valid:
+            heap = fast[wk]  # the slowest on top (negated), dropped past per_workload
+            heapq.heappush(heap, (-float(rec.run_us or 0.0), n, rec))
+            if len(heap) > per_workload:
+                heapq.heappop(heap)
+        elif len(failed[wk]) < max(1, per_workload // 4):
+            failed[wk].append(rec)
+    for wk in workloads:
+        for rec in [r for _, _, r in fast[wk]] + failed[wk]:
+            out[wk].setdefault(rec.candidate, rec)
+    return {wk: list(recs.values()) for wk, recs in out.items()}

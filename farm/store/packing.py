@@ -1,0 +1,80 @@
+"""How a measurement is kept in Redis: compactly (farm/store/redis_records.py).
+
+Every measured candidate has an **entry** in its workload's records hash: what deduplication,
+the best and accounting need, in tens of bytes (`<run us>|<failure class>|<1 verified, 0
+imported>|<tvm version>|<measured at, s>`). The whole record (its trace, for MetaSchedule)
+is kept in Redis only for the workload's K fastest valid candidates and its best; every
+other one goes to the archive (farm/store/cold.py). A whole record is kept **compressed
+with the workload's dictionary**: zlib with, as preset dictionary, the first record the
+workload stored (its traces share most of their text: a 3.7 KB record takes ~0.2 KB).
+
+A store written before this layout holds whole JSON records in the records hash; they are
+read as they are (`{` first) and their entry is derived from them.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from farm.store.store import Entry, StoredRecord
+
+ZDICT_BYTES = 32 * 1024  # zlib's window: a longer dictionary is not used
+ZDICT_MIN = 1024  # a record shorter than this (TVM's default schedule: no trace) is no model
+PACKED = b"z"  # a whole record compressed with its workload's dictionary
+ALONE = b"y"  # a whole record compressed alone (its workload has no dictionary yet)
+PLAIN = b"{"  # a whole record as JSON (the layout before; still read)
+
+
+def entry_of(rec: StoredRecord) -> str:
+    us = repr(float(rec.run_us)) if rec.valid else ""  # type: ignore[arg-type]
+    tvm = rec.tvm.replace("|", "/")
+    return f"{us}|{rec.error_class or ''}|{1 if rec.verified else 0}|{tvm}|{int(rec.measured_at)}"
+
+
+def parse_entry(candidate: str, text: str) -> Entry:
+    """An entry (or a whole JSON record of the layout before) as an Entry; ValueError when
+    it is neither."""
+    if text.startswith("{"):
+        return Entry.of(StoredRecord.loads(text))
+    us, cls, verified, tvm, at = text.split("|")
+    return Entry(candidate, float(us) if us else None, cls or None, verified == "1", tvm,
+                 float(at or 0))
+
+
+def zdict_of(rec: StoredRecord) -> bytes | None:
+    """The dictionary a workload's records are compressed with: the JSON of its first record
+    that has a trace worth the name (None for one too short to be a model)."""
+    text = rec.dumps().encode()
+    return text[:ZDICT_BYTES] if len(text) >= ZDICT_MIN else None
+
+
+def pack(rec: StoredRecord, zdict: bytes | None) -> bytes:
+    if zdict is None:
+        return ALONE + zlib.compress(rec.dumps().encode(), 6)
+    c = zlib.compressobj(6, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+    return PACKED + c.compress(rec.dumps().encode()) + c.flush()
+
+
+def unpack(blob: bytes, zdict: bytes | None) -> StoredRecord:
+    """A whole record from what `pack` wrote (or a JSON record of the layout before)."""
+    if blob[:1] == PLAIN:
+        return StoredRecord.loads(blob.decode())
+    if blob[:1] == ALONE:
+        return StoredRecord.loads(zlib.decompress(blob[1:]).decode())
+    if blob[:1] != PACKED or zdict is None:
+        raise ValueError("not a packed record, or its workload has no dictionary")
+    d = zlib.decompressobj(15, zdict)
+    return StoredRecord.loads((d.decompress(blob[1:]) + d.flush()).decode())
+
+
+def squeeze(data: str | bytes) -> bytes:
+    """A large text kept once (a workload's TIR, a cost model's booster), compressed."""
+    return PACKED + zlib.compress(data.encode() if isinstance(data, str) else data, 6)
+
+
+def unsqueeze_bytes(blob: bytes) -> bytes:
+    return zlib.decompress(blob[1:]) if blob[:1] == PACKED else blob
+
+
+def unsqueeze(blob: bytes) -> str:
+    return unsqueeze_bytes(blob).decode()

@@ -1,0 +1,299 @@
+"""Workloads, records, features and cost models on Redis, compactly (farm/store/packing.py).
+
+Per workload: an entry for every candidate ever measured (`records`), the K fastest whole
+records packed (`hot`, ranked by `hot-rank`), the best, and the workload's TIR compressed.
+The commit (keep_best.lua) pushes a whole record leaving the K onto the spool, atomically;
+farm/store/cold.py drains it into the archive.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from farm.core import keys
+from farm.core.config import redact
+from farm.core.errors import StoreError
+from farm.core.messages import TuneTask
+from farm.store.learned import model_key
+from farm.store.packing import (
+    entry_of,
+    pack,
+    parse_entry,
+    squeeze,
+    unpack,
+    unsqueeze,
+    unsqueeze_bytes,
+    zdict_of,
+)
+from farm.store.store import HOT_RECORDS, Entry, StoredRecord, check_run_us, on_phone
+
+if TYPE_CHECKING:
+    from farm.store.cold import Archive
+
+log = logging.getLogger(__name__)
+
+
+def _lua(name: str) -> str:
+    return Path(__file__).with_name(name).read_text()
+
+
+_BEST = _lua("best.lua")  # shared functions, prepended to the scripts that keep the best
+KEEP_BEST = _BEST + _lua("keep_best.lua")
+REMOVE = _BEST + _lua("remove_records.lua")
+_FULL = ("the store is full (Redis maxmemory reached, it evicts nothing)",
+         "records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY or redis.conf), "
+         "then `farm resume` the job")
+
+
+class RedisRecords:
+    """The records half of RedisStore (which gives `r`, `rb`, the scripts and `url`)."""
+
+    url: str
+    hot_records: int = HOT_RECORDS
+    archive: Archive | None = None
+    _script: Any
+    _remove: Any
+
+    @property
+    def r(self) -> Any: ...  # noqa: D102 - given by RedisStore
+
+    @property
+    def rb(self) -> Any: ...  # noqa: D102 - given by RedisStore
+
+    def _zdicts(self) -> dict[str, bytes]:
+        cache = self.__dict__.get("_zdict_cache")
+        if cache is None:
+            cache = self.__dict__["_zdict_cache"] = {}
+        return cache
+
+    def _zdict(self, wk: str, rec: StoredRecord | None = None) -> bytes | None:
+        """The workload's dictionary (set once, by its first record)."""
+        cache = self._zdicts()
+        if wk in cache:
+            return cache[wk]
+        raw = self.rb.hget(keys.workload(wk), "zdict")
+        model = zdict_of(rec) if raw is None and rec is not None else None
+        if model is not None:
+            self.rb.hsetnx(keys.workload(wk), "zdict", squeeze(model))
+            raw = self.rb.hget(keys.workload(wk), "zdict")
+        if raw is None:
+            return None  # none yet: records are packed alone until one is set
+        cache[wk] = unsqueeze_bytes(raw)
+        return cache[wk]
+
+    # --- workloads -------------------------------------------------------------
+    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        self.r.sadd(keys.model_workloads(model_key(task.device_key, task.target)),
+                    task.workload_key)
+        new = bool(self.rb.hsetnx(keys.workload(task.workload_key), "task",
+                                  squeeze(task.dumps())))
+        if new:
+            self.r.hset(keys.workload(task.workload_key),
+                        mapping={"first_job": job_id, "created_at": str(time.time())})
+            self.r.zadd(keys.workload_index(), {task.workload_key: time.time()}, nx=True)
+        return new
+
+    def get_workload(self, wk: str) -> TuneTask | None:
+        raw = self.rb.hget(keys.workload(wk), "task")
+        return None if raw is None else TuneTask.loads(unsqueeze(raw))
+
+    def workload_keys(self) -> list[str]:
+        return list(self.r.zrange(keys.workload_index(), 0, -1))
+
+    def model_workloads(self, mkey: str) -> list[str]:
+        return sorted(self.r.smembers(keys.model_workloads(mkey)))
+
+    def put_features(self, wk: str, features: dict[str, str]) -> None:
+        if features:
+            self.r.hset(keys.features(wk), mapping=features)
+
+    def features(self, wk: str) -> dict[str, str]:
+        return dict(self.r.hgetall(keys.features(wk)))
+
+    def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
+        pipe = self.rb.pipeline(transaction=True)
+        pipe.delete(keys.cost_model(mkey))
+        if fields:
+            pipe.hset(keys.cost_model(mkey), mapping={k: squeeze(v) if k == "booster" else v
+                                                      for k, v in fields.items()})
+        pipe.execute()
+
+    def cost_model(self, mkey: str) -> dict[str, str]:
+        return {k.decode(): unsqueeze(v)
+                for k, v in self.rb.hgetall(keys.cost_model(mkey)).items()}
+
+    # --- records ----------------------------------------------------------------
+    def add_record(self, rec: StoredRecord) -> bool:
+        check_run_us(rec)
+        self.r  # noqa: B018 - make sure the script is registered
+        wk = rec.workload_key
+        run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
+        zdict = self._zdict(wk, rec)
+        try:
+            return bool(self._script(
+                keys=[keys.records(wk), keys.best(wk),
+                      keys.job_measured(rec.job_id) if rec.job_id else "",
+                      keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
+                      keys.hot(wk), keys.hot_rank(wk), keys.spool()],
+                args=[rec.candidate, entry_of(rec), pack(rec, zdict), run_us, wk,
+                      "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
+                      str(max(1, self.hot_records))],
+            ))
+        except redis.exceptions.OutOfMemoryError as e:
+            raise StoreError(f"{_FULL[0]}: {e}", subject=f"{redact(self.url)}, workload {wk}",
+                             hint=_FULL[1]) from e
+        except redis.exceptions.ResponseError as e:  # after OOM: its subclass
+            if "refused" not in str(e):
+                raise
+            raise StoreError(str(e), subject=f"record {rec.candidate} of workload {wk}") from e
+
+    def _whole(self, wk: str, cand: str, blob: bytes) -> StoredRecord | None:
+        try:
+            try:
+                return unpack(blob, self._zdict(wk))
+            except Exception:  # a dictionary cached before its workload was removed and made
+                self._zdicts().pop(wk, None)  # again: read it once more
+                return unpack(blob, self._zdict(wk))
+        except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
+            log.warning("store: corrupt record at %s[%s] skipped: %s", keys.hot(wk), cand, e)
+            return None
+
+    def has_candidate(self, wk: str, candidate: str) -> bool:
+        return bool(self.r.hexists(keys.records(wk), candidate))
+
+    def records(self, wk: str) -> list[StoredRecord]:
+        out: dict[str, StoredRecord] = {}
+        pipe = self.rb.pipeline(transaction=False)
+        pipe.hgetall(keys.hot(wk))
+        pipe.hgetall(keys.records(wk))
+        pipe.hgetall(keys.best(wk))
+        hot, entries, best = pipe.execute()
+        blobs = [(c, b) for c, b in entries.items() if b[:1] == b"{"]  # the layout before
+        blobs += list(hot.items())
+        if best.get(b"record") and best.get(b"cand"):
+            blobs.append((best[b"cand"], best[b"record"]))
+        for cand, blob in blobs:
+            if cand.decode() not in out:
+                rec = self._whole(wk, cand.decode(), blob)
+                if rec is not None:
+                    out[rec.candidate] = rec
+        return list(out.values())
+
+    def entries(self, wk: str) -> list[Entry]:
+        out = []
+        for cand, text in self.r.hgetall(keys.records(wk)).items():
+            try:
+                out.append(parse_entry(cand, text))
+            except Exception as e:  # noqa: BLE001 - reported, never fatal
+                log.warning("store: corrupt entry at %s[%s] skipped: %s", keys.records(wk),
+                            cand, e)
+        return out
+
+    def entry(self, wk: str, candidate: str) -> Entry | None:
+        text = self.r.hget(keys.records(wk), candidate)
+        try:
+            return None if text is None else parse_entry(candidate, text)
+        except Exception as e:  # noqa: BLE001
+            log.warning("store: corrupt entry at %s[%s]: %s", keys.records(wk), candidate, e)
+            return None
+
+    def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
+        pipe = self.rb.pipeline(transaction=False)
+        pipe.hget(keys.hot(wk), candidate)
+        pipe.hget(keys.records(wk), candidate)
+        pipe.hmget(keys.best(wk), "cand", "record")
+        hot, entry, (best_cand, best_rec) = pipe.execute()
+        blob = hot or (entry if entry and entry[:1] == b"{" else None)
+        if blob is None and best_cand == candidate.encode():
+            blob = best_rec
+        if blob is not None:
+            return self._whole(wk, candidate, blob)
+        if entry is None or self.archive is None:
+            return None
+        return self._from_archive(wk, candidate)
+
+    def _from_archive(self, wk: str, candidate: str) -> StoredRecord | None:
+        from farm.store.cold import drain
+
+        with _DRAINING:
+            drain(self, self.archive)  # type: ignore[arg-type]
+        task = self.get_workload(wk)
+        found = None
+        for rec in self.archive.records(task.device_key if task else None, wk):  # type: ignore[union-attr]
+            if rec.candidate == candidate:
+                found = rec
+        return found
+
+    def spooled(self, n: int) -> tuple[int, list[StoredRecord]]:
+        items = self.rb.lrange(keys.spool(), 0, max(0, n - 1))
+        out = []
+        for item in items:
+            wk, _, blob = item.partition(b"\n")
+            rec = self._whole(wk.decode(), "(spool)", blob)
+            if rec is not None:
+                out.append(rec)
+        return len(items), out
+
+    def unspool(self, n: int) -> None:
+        if n > 0:
+            self.r.ltrim(keys.spool(), n, -1)
+
+    def spool_size(self) -> int:
+        return int(self.r.llen(keys.spool()))
+
+    def record_count(self, wk: str) -> int:
+        # no MULTI: a full Redis (noeviction) refuses a transaction, even of reads
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hlen(keys.records(wk))
+        pipe.scard(keys.unverified(wk))
+        total, unverified = pipe.execute()
+        return int(total) - int(unverified)
+
+    def unverified_count(self, wk: str) -> int:
+        return int(self.r.scard(keys.unverified(wk)))
+
+    def remove_records(self, wk: str, candidates: list[str]) -> int:
+        if not candidates:
+            return 0
+        self.r  # noqa: B018
+        return int(self._remove(keys=[keys.records(wk), keys.best(wk), keys.unverified(wk),
+                                      keys.device_lost(wk), keys.hot(wk), keys.hot_rank(wk)],
+                                args=list(candidates)))
+
+    def remove_workload(self, wk: str) -> bool:
+        task = self.get_workload(wk)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
+                    keys.device_lost(wk), keys.features(wk), keys.hot(wk), keys.hot_rank(wk))
+        pipe.zrem(keys.workload_index(), wk)
+        if task is not None:
+            pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
+        deleted, *_ = pipe.execute()
+        self._zdicts().pop(wk, None)
+        return int(deleted) > 0
+
+    def best(self, wk: str) -> StoredRecord | None:
+        cand, blob = self.rb.hmget(keys.best(wk), "cand", "record")
+        if cand is None:
+            return None
+        if blob is None:  # its whole record is in the archive only
+            return self.get_record(wk, cand.decode())
+        return self._whole(wk, cand.decode(), blob)
+
+    def note_device_lost(self, wk: str, candidate: str) -> int:
+        return int(self.r.hincrby(keys.device_lost(wk), candidate, 1))
+
+    def mark_exhausted(self, wk: str, count: int) -> None:
+        self.r.hset(keys.workload(wk), "exhausted_at", str(count))
+
+    def exhausted(self, wk: str) -> bool:
+        return self.r.hget(keys.workload(wk), "exhausted_at") is not None
+
+
+_DRAINING = threading.Lock()  # one drain of this process at a time (get_record's)

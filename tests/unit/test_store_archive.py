@@ -1,0 +1,165 @@
+"""Hot and cold (farm/store/cold.py, packing.py): each workload keeps its K fastest whole
+records in the store, every other one leaves for the archive, and nothing measured is lost.
+Run against both stores (a real Redis for RedisStore)."""
+
+import json
+import random
+
+import pytest
+
+from farm.core import keys
+from farm.store import StoredRecord, open_store
+from farm.store.cold import Archive, all_records, drain
+from farm.store.store import best_of
+
+K = 4
+# what the records of one workload share (its blocks, loops, instructions): hard to compress
+# alone, nearly free with the workload's dictionary
+SHARED = "%x" % random.Random(7).getrandbits(12000)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def cold(request, tmp_path):
+    url = "memory://" if request.param == "memory" else request.getfixturevalue("clean_redis")
+    s = open_store(url, hot_records=K, archive=str(tmp_path / "archive"))
+    yield s
+    s.close()
+
+
+def rec(cand, us, err=None, wk="wk", verified=True):
+    # a trace as long as a real one (a few KB), mostly shared by every record of a workload
+    trace = [[["SamplePerfectTile", [f"l{i}"], [4, 64], [f"v{i}", SHARED[i * 70:i * 70 + 70]]]
+              for i in range(40)],
+             [[i, [1, 2, 4, 8]] for i in range(10)] + [[99, cand]]]
+    return StoredRecord(workload_key=wk, candidate=cand, record=[trace, [1e-6], {"k": "llvm"}, []],
+                        run_us=us, error_class=err, job_id="j1", verified=verified,
+                        source="job" if verified else "import:x", measured_at=1e9)
+
+
+def fill(store):
+    for i in range(10):
+        assert store.add_record(rec(f"v{i}", 10.0 + i))
+    for i in range(3):
+        assert store.add_record(rec(f"f{i}", None, err="runtime"))
+
+
+def test_the_k_fastest_stay_whole_and_the_rest_reach_the_archive(cold):
+    fill(cold)
+    hot = {r.candidate for r in cold.records("wk")}
+    assert hot == {"v0", "v1", "v2", "v3"}
+    assert {e.candidate for e in cold.entries("wk")} == {f"v{i}" for i in range(10)} | {
+        "f0", "f1", "f2"}
+    assert cold.record_count("wk") == 13
+    assert cold.spool_size() == 9
+    assert drain(cold, cold.archive) == 9
+    assert cold.spool_size() == 0
+    everything = all_records(cold, cold.archive, "wk")
+    assert sorted(r.candidate for r in everything) == sorted(
+        [f"v{i}" for i in range(10)] + ["f0", "f1", "f2"])
+    back = {r.candidate: r for r in everything}
+    assert back["v7"] == rec("v7", 17.0)  # the whole record, as it was committed
+    assert back["f1"].error_class == "runtime"
+    assert cold.best("wk").candidate == "v0"
+
+
+def test_an_archived_candidate_is_still_refused_and_read_back(cold):
+    fill(cold)
+    drain(cold, cold.archive)
+    assert cold.has_candidate("wk", "v9")
+    assert not cold.add_record(rec("v9", 3.0))  # measured before it was archived: a duplicate
+    assert cold.entry("wk", "v9").run_us == 19.0
+    assert cold.get_record("wk", "v9") == rec("v9", 19.0)  # from the archive
+    assert cold.get_record("wk", "nope") is None
+
+
+def test_a_record_not_yet_drained_is_read_back_too(cold):
+    fill(cold)
+    assert cold.spool_size() == 9
+    assert cold.get_record("wk", "v8") == rec("v8", 18.0)  # drains first
+
+
+def test_failures_leave_first(cold):
+    for i in range(K):
+        cold.add_record(rec(f"v{i}", 10.0 + i))
+    cold.add_record(rec("f0", None, err="build"))
+    cold.add_record(rec("v9", 50.0))
+    assert {r.candidate for r in cold.records("wk")} == {"v0", "v1", "v2", "v3"}
+    cold.add_record(rec("v10", 1.0))
+    assert {r.candidate for r in cold.records("wk")} == {"v10", "v0", "v1", "v2"}
+    assert cold.best("wk").candidate == "v10"
+
+
+def test_removed_records_do_not_come_back_from_the_archive(cold):
+    fill(cold)
+    drain(cold, cold.archive)
+    assert cold.remove_records("wk", ["v8", "v0"]) == 2
+    left = {r.candidate for r in all_records(cold, cold.archive, "wk")}
+    assert "v8" not in left and "v0" not in left and "v9" in left
+    assert cold.best("wk").candidate == "v1"
+
+
+def test_the_best_whole_record_survives_when_its_hot_copy_leaves(cold):
+    # an imported claim never is the best; K faster imports push the verified best out of
+    # the K, and the best hash still has it
+    cold.add_record(rec("b", 20.0))
+    for i in range(K):
+        cold.add_record(rec(f"i{i}", 1.0 + i, verified=False))
+    assert "b" not in {r.candidate for r in cold.records("wk")} - {cold.best("wk").candidate}
+    assert cold.best("wk") == rec("b", 20.0)
+    assert best_of(cold.records("wk")).candidate == "b"
+
+
+def test_a_crash_between_archive_and_spool_writes_twice_and_reads_once(cold, tmp_path):
+    fill(cold)
+    taken, recs = cold.spooled(100)
+    cold.archive.append("cpu-local", recs)  # written, then the process died before unspool
+    drain(cold, cold.archive)  # the next drain writes them again
+    everything = all_records(cold, cold.archive, "wk")
+    assert len(everything) == 13
+
+
+def test_retention_deletes_old_days_only(tmp_path):
+    archive = Archive(str(tmp_path / "a"))
+    day = 86400.0
+    archive.append("k", [rec("old", 1.0)], now=1_000_000_000.0)
+    archive.append("k", [rec("new", 1.0)], now=1_000_000_000.0 + 10 * day)
+    assert archive.prune(0, now=1_000_000_000.0 + 10 * day) == []
+    gone = archive.prune(5, now=1_000_000_000.0 + 10 * day)
+    assert len(gone) == 1
+    assert [r.candidate for r in archive.records()] == ["new"]
+
+
+def test_redis_keeps_an_archived_record_in_tens_of_bytes(clean_redis, tmp_path):
+    store = open_store(clean_redis, hot_records=K, archive=str(tmp_path / "archive"))
+    # the first record of a workload is often TVM's default schedule (no trace): not the
+    # dictionary the others are packed with
+    small = StoredRecord(workload_key="wk", candidate="default", record=[[[], []], [1e-6], {}, []],
+                         run_us=500.0, job_id="j1")
+    store.add_record(small)
+    fill(store)
+    assert store.get_record("wk", "default") == small
+    drain(store, store.archive)
+    entry = store.r.hget(keys.records("wk"), "v9")
+    assert len(entry) < 40, entry
+    hot = store.rb.hget(keys.hot("wk"), "v0")
+    assert len(hot) < len(rec("v0", 10.0).dumps()) / 4  # packed with the workload's dictionary
+    for key in store.r.scan_iter():  # v9's whole record is nowhere in Redis
+        if store.r.type(key) == "hash":
+            assert b"v9" not in b"".join(store.rb.hgetall(key).values()) or key == keys.records(
+                "wk")
+    store.close()
+
+
+def test_a_store_of_the_layout_before_is_read_and_kept(clean_redis):
+    store = open_store(clean_redis, hot_records=K)
+    old = rec("legacy", 5.0)
+    store.r.hset(keys.records("wk"), "legacy", old.dumps())  # a whole JSON record, as before
+    assert store.entry("wk", "legacy").run_us == 5.0
+    assert store.get_record("wk", "legacy") == old
+    assert [r.candidate for r in store.records("wk")] == ["legacy"]
+    assert not store.add_record(rec("legacy", 1.0))
+    store.add_record(rec("n", 7.0))
+    assert store.remove_records("wk", ["n"]) == 1  # the best is recomputed from both layouts
+    assert json.loads(store.r.hget(keys.best("wk"), "us")) == 5.0
+    assert store.best("wk") == old
+    store.close()
