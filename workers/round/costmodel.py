@@ -50,6 +50,11 @@ MIN_SAMPLES = 64  # records of a key (of workloads with >= 2 each) before its mo
 RETRAIN_GROWTH = 0.25  # the key's records grew by this fraction since its model: retrain
 MIN_GROWTH = 32  # ... and by at least this many records
 PER_WORKLOAD = 256  # records of one workload the key's model learns from (best first)
+# records the key's model learns from in all: XGBModel's pack-sum training is Python-paced
+# (bench/fleet.py: ~13 s for 3,000 samples on 2 cores), so a key of many workloads takes
+# fewer of each, never fewer than MIN_PER_WORKLOAD
+TRAIN_LIMIT = 4096
+MIN_PER_WORKLOAD = 16
 FEATURIZE_LIMIT = 2048  # records featurized per training: a big store is caught up over several
 TRAIN_CLAIM_S = 120  # one trainer per key at a time, and a key retrained at most this often
 CORRECTION_MIN = 8  # valid samples of a round's workload before they correct the key's ranking
@@ -61,7 +66,7 @@ NEGATIVES = ("build", "runtime", "timeout", "wrong_answer", "culprit")  # failur
 def encode(x: np.ndarray) -> str:
     """A feature matrix (stores x features, float32) as text for the store."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    return f"{x.shape[0]}:{x.shape[1]}:" + base64.b64encode(zlib.compress(x.tobytes())).decode()
+    return f"{x.shape[0]}:{x.shape[1]}:" + base64.b64encode(zlib.compress(x.tobytes(), 9)).decode()
 
 
 def decode(text: str) -> np.ndarray | None:
@@ -180,6 +185,11 @@ class KeyModel:
                          obj=lambda pred, _data: data.obj_square_error(pred))
 
 
+def per_workload(workloads: int) -> int:
+    """Records of each workload the key's model learns from, for a key of `workloads`."""
+    return max(MIN_PER_WORKLOAD, min(PER_WORKLOAD, TRAIN_LIMIT // max(1, workloads)))
+
+
 def key_records(store: RecordStore, mkey: str) -> int:
     return sum(store.record_count(wk) for wk in store.model_workloads(mkey))
 
@@ -196,12 +206,12 @@ def train(store: RecordStore, mkey: str, threads: int = 1,
     workloads = store.model_workloads(mkey)
     # Redis's whole records and, where this host reads the archive, a sample of it (one pass)
     first = store.get_workload(workloads[0]) if workloads else None
-    known = samples(store, store.archive, first.device_key if first else "", workloads,
-                    PER_WORKLOAD)
+    share = per_workload(len(workloads))
+    known = samples(store, store.archive, first.device_key if first else "", workloads, share)
     for wk in workloads:
         recs = learnable(known[wk])
         total += len(recs)
-        recs = recs[:PER_WORKLOAD]
+        recs = recs[:share]
         if wk in exclude or len(recs) < 2 or not recs[0].valid:
             continue
         cached = store.features(wk)
