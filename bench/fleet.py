@@ -90,7 +90,7 @@ def make_record(rng: random.Random, wk: str, job: str, host: str) -> StoredRecor
               else rng.randrange(8)] for i, d in decisions]
     record = [[insts, drawn], *TEMPLATE["record"][1:]]
     fail = rng.random() < 0.05
-    return StoredRecord(workload_key=wk, candidate="%032x" % rng.getrandbits(128),
+    return StoredRecord(workload_key=wk, candidate=f"{rng.getrandbits(128):032x}",
                         record=record, run_us=None if fail else rng.uniform(20, 400),
                         error_class="runtime" if fail else None, job_id=job, host=host,
                         measured_at=time.time(), tvm="0.27.0.post1")
@@ -270,7 +270,7 @@ def fill_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -
         store._script(keys=[keys.records(wk), keys.best(wk), keys.job_measured("fill"),
                             keys.job_counts("fill"), keys.unverified(wk), keys.hot(wk),
                             keys.hot_rank(wk), keys.spool()],
-                      args=["%032x" % rng.getrandbits(128), entry, blob, us, wk, "1", "1",
+                      args=[f"{rng.getrandbits(128):032x}", entry, blob, us, wk, "1", "1",
                             "0.27.0.post1", str(store.hot_records)], client=pipe)
         if n % 500 == 499:
             pipe.execute()
