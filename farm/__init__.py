@@ -8,13 +8,11 @@ The data flow, one module per stage::
 (farm/client/api.py) the `farm` command's jobs are also reachable by.
 """
 
-from typing import Any
-
 __version__ = "0.1.0"
 __all__ = ["Cache", "Farm", "FarmError", "Job"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type:
     """`farm.Farm`, `farm.Job`, `farm.Cache` (farm/client/api.py) and `farm.FarmError`, loaded
     when first asked for: a worker that imports `farm.core` does not load the client."""
     if name in ("Farm", "Job", "Cache"):

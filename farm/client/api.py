@@ -28,12 +28,16 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import JsonDict, TorchModule
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import UsageError
 from farm.pipeline.options import DEFAULT_TRIALS
 from farm.store import RecordStore
+
+if TYPE_CHECKING:
+    from farm.client.cache import ImportReport
 
 
 @dataclass
@@ -43,9 +47,9 @@ class Job:
     farm: Farm
     job_id: str
     out: Path
-    summary: dict[str, Any] | None = None
+    summary: JsonDict | None = None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDict:
         """The job as `farm status JOB --json` shows it: per task its trials, best and state."""
         from farm.client.progress import job_view
 
@@ -53,7 +57,7 @@ class Job:
             return job_view(store, store.require_job(self.job_id))
 
     def wait(self, timeout_s: float | None = None,
-             report: Callable[[str], None] | None = None) -> dict[str, Any]:
+             report: Callable[[str], None] | None = None) -> JsonDict:
         """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
         summary. A job of the embedded farm is finished when `submit` returns."""
         if self.summary is not None:
@@ -71,19 +75,19 @@ class Cache:
 
     farm: Farm
 
-    def ls(self, device_key: str | None = None) -> list[dict[str, Any]]:
+    def ls(self, device_key: str | None = None) -> list[JsonDict]:
         from farm.client import cache
 
         with self.farm.store() as store:
             return cache.entries(store, device_key)
 
-    def show(self, workload_key: str, top: int = 5) -> dict[str, Any]:
+    def show(self, workload_key: str, top: int = 5) -> JsonDict:
         from farm.client import cache
 
         with self.farm.store() as store:
             return cache.show(store, workload_key, top)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonDict:
         from farm.client import cache
 
         with self.farm.store() as store:
@@ -97,7 +101,7 @@ class Cache:
             return cache.export(store, Path(out_dir), device_key)
 
     def import_log(self, log_dir: str | Path, device_key: str | None = None,
-                   retarget: bool = False) -> Any:
+                   retarget: bool = False) -> ImportReport:
         """Seed the store from a JSONDatabase folder (unverified records); the report."""
         from farm.client import cache
         from farm.pipeline.job import tuned_profile
@@ -122,7 +126,7 @@ class Farm:
 
     broker: str | None = None
     config_file: str | Path | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.config: FarmConfig = load_config({**self.settings, "broker_url": self.broker},
@@ -144,7 +148,8 @@ class Farm:
         with farm_store(self.config) as store:
             yield store
 
-    def submit(self, model: Any, example_inputs: tuple[Any, ...] | None = None, *,
+    def submit(self, model: str | Path | TorchModule,
+               example_inputs: tuple[object, ...] | None = None, *,
                out: str | Path, trials_per_task: int = DEFAULT_TRIALS, trials: int = 0,
                device_key: str | None = None, wait: bool = True,
                timeout_s: float | None = None, priority: str = "normal",
@@ -170,8 +175,8 @@ class Farm:
 
 
 @contextlib.contextmanager
-def _model_file(model: Any, example_inputs: tuple[Any, ...] | None, out: Path,
-                keep: bool = False) -> Iterator[Path]:
+def _model_file(model: str | Path | TorchModule, example_inputs: tuple[object, ...] | None,
+                out: Path, keep: bool = False) -> Iterator[Path]:
     """A model file for `model`: the path given, or an nn.Module exported to a .pt2 beside
     `out`: for the call's lifetime, or kept (`keep`: a job that `Job.wait` compiles later)."""
     if isinstance(model, (str, Path)):

@@ -11,7 +11,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from types import FrameType
+from typing import TypeAlias
 
 from farm.client.cmd_cache import cmd_cache
 from farm.client.cmd_job import (
@@ -34,6 +35,9 @@ from farm.client.cmd_lab import (
 from farm.core.errors import EXIT_INTERRUPTED, FarmError
 from farm.core.messages import PRIORITIES
 
+# what `add_subparsers` returns (argparse names its class privately)
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 
 def _versions() -> str:
     """tunefarm's version and the TVM its phones must run (read from the installed packages,
@@ -53,7 +57,8 @@ def _versions() -> str:
 class _Version(argparse.Action):
     """--version: the line as it is (argparse's own action wraps it at the terminal width)."""
 
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option: str | None = None) -> None:
         print(_versions())
         parser.exit()
 
@@ -73,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _submit_command(sub: Any) -> None:
+def _submit_command(sub: Commands) -> None:
     s = sub.add_parser("submit", help="tune a model and compile it with the best configs")
     s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
     s.add_argument("--out", required=True, help="results folder (must be new or empty)")
@@ -106,7 +111,7 @@ def _submit_command(sub: Any) -> None:
                         "jobs of one priority share the phones round by round)")
     s.set_defaults(func=cmd_submit)
 
-def _job_commands(sub: Any) -> None:
+def _job_commands(sub: Commands) -> None:
     rs = sub.add_parser("resume", help="continue a job that stopped half-way (from the store)")
     rs.add_argument("job")
     rs.add_argument("--out", help="results folder (default: the job's own --out)")
@@ -150,7 +155,7 @@ def _job_commands(sub: Any) -> None:
     rp.set_defaults(func=cmd_report)
 
 
-def _lab_commands(sub: Any) -> None:
+def _lab_commands(sub: Commands) -> None:
     w = sub.add_parser("worker", help="run a worker host bound to one tracker")
     w.add_argument("--tracker", required=True, help="HOST:PORT of this host's TVM RPC tracker")
     w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL; "
@@ -211,7 +216,7 @@ def _lab_commands(sub: Any) -> None:
     dr.set_defaults(func=cmd_doctor)
 
 
-def _up_command(sub: Any) -> None:
+def _up_command(sub: Commands) -> None:
     u = sub.add_parser("up", help="a whole farm as local processes: redis, flower, tracker, "
                                   "phones, worker (foreground; Ctrl-C stops all)")
     u.add_argument("--bind", default="127.0.0.1", help="address Redis and Flower bind to")
@@ -231,7 +236,7 @@ def _up_command(sub: Any) -> None:
     u.set_defaults(func=cmd_up)
 
 
-def _cache_commands(sub: Any) -> None:
+def _cache_commands(sub: Commands) -> None:
     c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
                                      "export DIR, import DIR, rm KEY[,KEY]|--source S, "
                                      "verify [KEY,KEY]")
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         logging.getLogger().setLevel(logging.INFO)
 
-    def on_term(signum: int, _frame: Any) -> None:
+    def on_term(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)

@@ -9,11 +9,16 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from farm.client.common import config_of, report, store_of
+from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 from farm.pipeline.preflight import is_result
+
+if TYPE_CHECKING:
+    from farm.pipeline.wait import View
+    from farm.store import RecordStore
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -37,14 +42,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _print_summary(submit(opts, config, report=report, view=_live_view()), opts.out)
 
 
-def _live_view() -> Any:
+def _live_view() -> View | None:
     """The live per-task view on a terminal; None (a line per change) otherwise."""
     from farm.client.progress import LiveView
 
     return LiveView() if sys.stderr.isatty() else None
 
 
-def _print_summary(summary: dict[str, Any], out: Path) -> int:
+def _print_summary(summary: JsonDict, out: Path) -> int:
     from farm.client.progress import format_table
 
     if "tasks" not in summary:
@@ -100,7 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _status(args, store)
 
 
-def _status(args: argparse.Namespace, store: Any) -> int:
+def _status(args: argparse.Namespace, store: RecordStore) -> int:
     from farm.client.progress import job_view, render
 
     job_ids = [args.job] if args.job else store.job_ids()[-10:]
@@ -136,7 +141,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 SUMMARY_KEYS = ("job_id", "tasks", "latency_us", "speedup", "schedules")
 
 
-def _summary_of(out: Path, error: type) -> dict[str, Any]:
+def _summary_of(out: Path, error: type) -> JsonDict:
     try:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError, RecursionError) as e:

@@ -8,13 +8,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from farm.client.common import config_of, store_of
 from farm.core.config import FarmConfig
 from farm.core.errors import UsageError
 from farm.core.hostid import is_loopback
 from farm.devices.lean import without_torch
+
+if TYPE_CHECKING:
+    from farm.local.services import ServiceGroup
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -118,7 +121,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         group.stop()
 
 
-def _up_metrics(args: argparse.Namespace, group: Any, home: Path,
+def _up_metrics(args: argparse.Namespace, group: ServiceGroup, home: Path,
                 log_dir: Path) -> tuple[list[str], str | None]:
     """With --prometheus-port: a Prometheus (loopback) scraping the worker's /metrics, started
     before the worker; returns the worker's metrics flags and Prometheus' URL."""

@@ -6,17 +6,21 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from farm.core.config import FarmConfig
+    from farm.store import RecordStore
 
 
-def config_of(args: argparse.Namespace, **flags: Any) -> Any:
+def config_of(args: argparse.Namespace, **flags: object) -> FarmConfig:
     from farm.core.config import load_config
 
     return load_config(flags, config_file=getattr(args, "config", None))
 
 
 @contextlib.contextmanager
-def store_of(args: argparse.Namespace) -> Iterator[Any]:
+def store_of(args: argparse.Namespace) -> Iterator[RecordStore]:
     """The lab farm's store, or the embedded farm's (its Redis started for this command)."""
     from farm.local.embedded import farm_store
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
+from farm.core.aliases import JsonDict, RPCSession
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError
 from farm.core.profiles import DeviceProfile, resolve_profile
@@ -102,7 +102,7 @@ def check_phones(tracker: str, key: str) -> str:
 _CPU_PARTS = "0xd0b cortex-a76, 0xd41 cortex-a78, 0xd44 cortex-x1, 0xd4e cortex-x3, 0xd05 cortex-a55"
 
 
-def phone_cpu(remote: Any) -> tuple[str, str] | None:
+def phone_cpu(remote: RPCSession) -> tuple[str, str] | None:
     """LLVM's name of a phone's CPU and its triple, asked over RPC; None when its server has
     a runtime-only TVM (the Android RPC app) that cannot say."""
     from farm.devices.hostcpu import cpu_name
@@ -118,7 +118,7 @@ def phone_cpu(remote: Any) -> tuple[str, str] | None:
     return cpu_name(cpu), triple
 
 
-def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
+def profiles_for(cpu: str, triple: str, overrides: dict[str, JsonDict],
                  also: str | None = None) -> tuple[list[str], list[str]]:
     """The profiles made for a phone of CPU `cpu` and `triple` (their mcpu is it, or they
     follow the host CPU the phone runs on), and the other profiles whose code runs there
@@ -146,7 +146,8 @@ def profiles_for(cpu: str, triple: str, overrides: dict[str, Any],
     return made, runs
 
 
-def check_phone_cpu(tracker: str, profile: DeviceProfile, overrides: dict[str, Any]) -> str:
+def check_phone_cpu(tracker: str, profile: DeviceProfile,
+                    overrides: dict[str, JsonDict]) -> str:
     """Which profiles fit the phone of the key that the tracker hands out; fails when the
     key's own profile builds code that phone cannot run."""
     found = phone_cpu(request_phone(tracker, profile.key, 60))

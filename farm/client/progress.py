@@ -5,8 +5,9 @@ so any terminal on the farm (not just the submitting one) sees the same."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TextIO
 
+from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec
 from farm.pipeline.summary import numerics_hint, phone_section
 from farm.store import RecordStore, TaskState
@@ -15,7 +16,7 @@ from farm.store.store import COUNTERS, total_counts
 BAR = 20
 
 
-def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> dict[str, Any]:
+def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> JsonDict:
     """A job's progress as JSON (what `farm status --json` prints)."""
     now = now or time.time()
     states = store.task_states(job.job_id)
@@ -64,7 +65,7 @@ def _duration(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _state(t: dict[str, Any]) -> str:
+def _state(t: JsonDict) -> str:
     if t["state"] == "tuning" and t.get("host"):
         return f"tuning on {t['host']}"
     if t["state"] == "failed":
@@ -72,7 +73,7 @@ def _state(t: dict[str, Any]) -> str:
     return t["state"]
 
 
-def render(view: dict[str, Any], width: int = 48) -> str:
+def render(view: JsonDict, width: int = 48) -> str:
     """The view as terminal lines."""
     st = view["status"].get("state", "running")
     head = (f"job {view['job_id']} ({view['model']}, {view['device_key']}, {st}): "
@@ -112,7 +113,7 @@ class LiveView:
     """The per-task view of a job, redrawn in place on a terminal at every poll (what
     `farm submit` shows while the workers measure)."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         import sys
 
         self.stream = stream if stream is not None else sys.stderr
@@ -125,7 +126,7 @@ class LiveView:
         self.drawn = text.count("\n") + 1
 
 
-def format_table(summary: dict[str, Any]) -> str:
+def format_table(summary: JsonDict) -> str:
     rows = [("task", "trials", "from store", "best us", "default us", "state")]
     for t in summary["tasks"]:
         best = f"{t['best_us']:.1f}" if t["best_us"] is not None else "-"

@@ -7,11 +7,11 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import tomllib
 
+from farm.core.aliases import JsonDict
 from farm.core.cores import usable_cores
 from farm.core.errors import UsageError
 
@@ -74,7 +74,7 @@ class FarmConfig:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)
-    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profiles: dict[str, JsonDict] = field(default_factory=dict)
     config_file: Path | None = None  # the farm.toml read (a child process reads it too)
 
     @property
@@ -256,7 +256,7 @@ def _kind(name: str) -> str:
     return "float" if "float" in kind else "str"
 
 
-def _coerce(name: str, value: Any, where: str = "config", typed: bool = False) -> Any:
+def _coerce(name: str, value: object, where: str = "config", typed: bool = False) -> object:
     """`value` of setting `name` as its type, or a UsageError naming `where` it came from.
     Text (an environment variable, a flag) is parsed; a `typed` value (farm.toml) must
     already be of the type: `phones = "4"` is refused. Numbers are finite and never bools."""
@@ -273,6 +273,7 @@ def _coerce(name: str, value: Any, where: str = "config", typed: bool = False) -
             raise UsageError(f"{name} must be {'a whole' if kind == 'int' else 'a'} number, got "
                              f"{value!r} ({type(value).__name__})", subject=where,
                              hint=_fix(where, name))
+        assert isinstance(value, (int, float))  # parsed, or refused above
         if kind == "float":
             value = float(value)
             if not math.isfinite(value):
@@ -288,7 +289,7 @@ def _coerce(name: str, value: Any, where: str = "config", typed: bool = False) -
 
 
 def load_config(
-    flags: dict[str, Any] | None = None,
+    flags: dict[str, object] | None = None,
     env: dict[str, str] | None = None,
     config_file: str | os.PathLike | None = None,
 ) -> FarmConfig:
@@ -297,7 +298,7 @@ def load_config(
     The file is `config_file`, else $FARM_CONFIG, else ./farm.toml when it exists.
     """
     env = dict(os.environ) if env is None else env
-    values: dict[str, Any] = {}
+    values: JsonDict = {}
     sources: dict[str, str] = {}
     path = config_file or env.get("FARM_CONFIG") or ("farm.toml" if Path("farm.toml").exists() else None)
     if path:

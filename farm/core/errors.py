@@ -7,7 +7,10 @@ The CLI turns a `FarmError` into one line and the exit code of its class
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import ParamSpec
+
+P = ParamSpec("P")
 
 
 class FarmError(Exception):
@@ -90,7 +93,7 @@ EXIT_CODES: dict[str, int] = {
 }
 
 
-def best_effort(fn: Any, *args: Any, **kwargs: Any) -> None:
+def best_effort(fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
     """Progress writes never fail a round (Redis may be restarting)."""
     try:
         fn(*args, **kwargs)

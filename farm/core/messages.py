@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from farm.core.aliases import JsonDict
 from farm.core.errors import StoreError
 
 SCHEMA = 1
@@ -23,7 +24,7 @@ T = TypeVar("T", bound="_Message")
 class _Message:
     kind = "message"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonDict:
         data = asdict(self)  # type: ignore[call-overload]
         data["schema"] = SCHEMA
         return data
@@ -32,7 +33,7 @@ class _Message:
         return json.dumps(self.to_json(), sort_keys=True)
 
     @classmethod
-    def from_json(cls: type[T], data: dict[str, Any]) -> T:
+    def from_json(cls: type[T], data: JsonDict) -> T:
         if not isinstance(data, dict):
             raise StoreError(f"expected a JSON object, got {type(data).__name__}", subject=cls.kind)
         schema = data.get("schema")
@@ -63,7 +64,7 @@ class TuneTask(_Message):
     workload_key: str
     weight: int
     mod_json: str  # the dispatched TIR IRModule as TVM JSON (tvm.ir.save_json)
-    target: dict[str, Any]
+    target: JsonDict
     device_key: str
     flop: float = 0.0
     space_size: int = 0  # design spaces MetaSchedule generated; 0: not counted
@@ -144,7 +145,7 @@ class JobSpec(_Message):
     job_id: str
     model: str
     device_key: str
-    target: dict[str, Any]
+    target: JsonDict
     trials_per_task: int
     round_trials: int
     workload_keys: list[str]
@@ -156,4 +157,4 @@ class JobSpec(_Message):
     early_stop_rounds: int = 0  # > 0: a task stops after this many rounds without improvement
     priority: str = "normal"  # a key of PRIORITIES
     run: int = 0  # 0 for the first run, +1 per `farm resume`
-    options: dict[str, Any] = field(default_factory=dict)  # how it was submitted (for resume)
+    options: JsonDict = field(default_factory=dict)  # how it was submitted (for resume)

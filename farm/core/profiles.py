@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 
 
@@ -20,7 +20,7 @@ class DeviceProfile:
     """How to tune for one device key."""
 
     key: str
-    target: dict[str, Any]
+    target: JsonDict
     export: str = "local"  # "local": tar linked on the device; "cross": .so built on the host
     cc: str | None = None  # compiler for the "cross" export (e.g. "$TVM_NDK_CC")
     threads: int = 1  # threads a kernel may use on the device (TVM_NUM_THREADS of the phone)
@@ -36,7 +36,7 @@ class DeviceProfile:
     # the target is the CPU of the machine the phones run on (emulated phones): its LLVM name
     # goes into the target as mcpu when the farm starts (`on_cpu`), so in the workload key
     host_cpu: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonDict = field(default_factory=dict)
 
     def on_cpu(self, cpu: str) -> DeviceProfile:
         """This profile for CPU `cpu` (LLVM's name, e.g. znver3 or icelake-server): with
@@ -46,18 +46,18 @@ class DeviceProfile:
             return self
         return replace(self, target={**self.target, "mcpu": cpu})
 
-    def target_json(self) -> dict[str, Any]:
+    def target_json(self) -> JsonDict:
         """The target as a JSON dict, with num-cores following the device's threads."""
         target = dict(self.target)
         if target.get("kind") == "llvm":
             target.setdefault("num-cores", self.threads)
         return target
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonDict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DeviceProfile:
+    def from_json(cls, data: JsonDict) -> DeviceProfile:
         return cls(**data)
 
 
@@ -128,17 +128,17 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
 }
 
 
-def canonical_target(target: dict[str, Any]) -> str:
+def canonical_target(target: JsonDict) -> str:
     """The canonical JSON text of a target dict (sorted keys, no spaces)."""
     return json.dumps(target, sort_keys=True, separators=(",", ":"))
 
 
-def known_keys(overrides: dict[str, dict[str, Any]] | None = None) -> list[str]:
+def known_keys(overrides: dict[str, JsonDict] | None = None) -> list[str]:
     """The device keys with a profile: built in, then those `farm.toml` adds."""
     return [*BUILTIN_PROFILES, *sorted(set(overrides or {}) - set(BUILTIN_PROFILES))]
 
 
-def resolve_profile(key: str, overrides: dict[str, dict[str, Any]] | None = None,
+def resolve_profile(key: str, overrides: dict[str, JsonDict] | None = None,
                     strict: bool = False) -> DeviceProfile:
     """The profile of device key `key`: built-in, then `farm.toml` overrides.
 
@@ -166,7 +166,7 @@ _CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64")}
 _MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0}
 
 
-def _build(key: str, override: dict[str, Any], subject: str) -> DeviceProfile:
+def _build(key: str, override: JsonDict, subject: str) -> DeviceProfile:
     """The built-in profile of `key` (this CPU's when there is none), with `override`'s
     settings checked one by one: known, of their type (`threads = "4"` and `threads = true`
     are refused, not coerced), in range."""
@@ -195,7 +195,7 @@ def _build(key: str, override: dict[str, Any], subject: str) -> DeviceProfile:
             raise UsageError(f"{name} must be a finite number >= {_MINIMUM[name]}, got "
                              f"{value!r}", subject=subject, hint=f"e.g. {name} = {_example(name)}")
     base = BUILTIN_PROFILES.get(key)
-    data: dict[str, Any] = (
+    data: JsonDict = (
         base.to_json() if base else {**BUILTIN_PROFILES["cpu-local"].to_json(), "notes": ""}
     )
     data.update(override, key=key)
@@ -212,7 +212,7 @@ def _example(name: str) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
-def check_overrides(profiles: Any, where: str) -> dict[str, dict[str, Any]]:
+def check_overrides(profiles: object, where: str) -> dict[str, JsonDict]:
     """`[profiles.*]` of a farm.toml at `where`, each checked at once (a bad profile is found
     when the config is loaded, not when a round first uses it)."""
     if not isinstance(profiles, dict):

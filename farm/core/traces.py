@@ -14,7 +14,8 @@ compile turns a stored record into a schedule (the record is skipped, and logged
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from farm.core.aliases import JsonList
 
 KINDS = frozenset({
     # lookups
@@ -42,7 +43,7 @@ ANNOTATIONS = frozenset({
 ANNOTATION_PREFIX = "meta_schedule."  # MetaSchedule's own keys (tiling_structure, parallel..)
 
 
-def trace_problem(record: Any) -> str | None:
+def trace_problem(record: JsonList) -> str | None:
     """Why the trace of a stored record (`[trace, run_secs, target, args_info]`, the trace
     `[instructions, decisions]`) must not be built, or None when every instruction is one
     MetaSchedule's search writes."""
@@ -67,7 +68,7 @@ def trace_problem(record: Any) -> str | None:
     return None
 
 
-def check_trace(record: Any) -> None:
+def check_trace(record: JsonList) -> None:
     """Raise ValueError when the record's trace must not be built (`trace_problem`): where a
     stored record becomes a schedule to build (the store can be written by others)."""
     problem = trace_problem(record)

@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from farm.core.aliases import IRModule, RuntimeModule, Target
 from farm.core.errors import UsageError
 from farm.core.profiles import DeviceProfile
 
@@ -55,7 +55,7 @@ def check_triple(profile: DeviceProfile) -> str:
     return f"{cc} targets {machine}"
 
 
-def fcompile(profile: DeviceProfile) -> Callable[..., Any] | None:
+def fcompile(profile: DeviceProfile) -> Callable[..., object] | None:
     """`export_library`'s fcompile for the profile (None: this machine's compiler, which
     `export_library` uses for a path ending in .so)."""
     from tvm.support import cc as tvm_cc
@@ -70,7 +70,7 @@ def linker(profile: DeviceProfile) -> str | None:
     return compiler(profile) if profile.export == "cross" else None
 
 
-def export_shared(cc: str | None, rt_mod: Any) -> str:
+def export_shared(cc: str | None, rt_mod: RuntimeModule) -> str:
     """A MetaSchedule builder export: the candidate linked into a .so by `cc` (None: this
     machine's compiler), in a folder of its own (the task scheduler removes the folder).
     Runs in the builder's processes; the phone only uploads and loads it."""
@@ -81,7 +81,7 @@ def export_shared(cc: str | None, rt_mod: Any) -> str:
     return path
 
 
-def build_reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str) -> str:
+def build_reference(mod: IRModule, target: Target, profile: DeviceProfile, work_dir: str) -> str:
     """The workload's unscheduled kernel, linked for the profile's phones: the reference a
     candidate's output is checked against (farm/devices/evaluate.py)."""
     import uuid

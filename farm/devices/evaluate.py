@@ -15,12 +15,17 @@ candidate through the same path before anything else).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+from farm.core.aliases import Device, JsonList, RPCSession, RuntimeModule, TVMTensor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 WRONG = "wrong answer"  # the text a wrong output raises with (classified as wrong_answer)
 
 
-def host_values(args_info: list[Any], seed: int = 0) -> list[Any]:
+def host_values(args_info: list[JsonList], seed: int = 0) -> list[np.ndarray]:
     """numpy values for a kernel's arguments, made on the host: floats uniform in [1, 10) as
     TVM's own measurement fill makes them; integer and boolean tensors zeros (integer inputs
     are indices as often as not: an embedding's token ids, a gather's positions; random bits
@@ -40,8 +45,8 @@ def host_values(args_info: list[Any], seed: int = 0) -> list[Any]:
     return values
 
 
-def alloc_on_phone(session: Any, device: Any, args_info: list[Any],
-                   alloc_repeat: int) -> list[Any]:
+def alloc_on_phone(session: RPCSession, device: Device, args_info: list[JsonList],
+                   alloc_repeat: int) -> list[list[TVMTensor]]:
     """MetaSchedule's `f_alloc_argument`: `alloc_repeat` sets of arguments on the phone,
     filled on the host (see the module's docstring)."""
     import tvm
@@ -51,7 +56,7 @@ def alloc_on_phone(session: Any, device: Any, args_info: list[Any],
             for i in range(alloc_repeat)]
 
 
-def outputs_match(got: Any, want: Any) -> tuple[bool, float]:
+def outputs_match(got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
     """Allclose with a tolerance relative to the reference's magnitude (float sums reorder)."""
     import numpy as np
 
@@ -69,8 +74,8 @@ def outputs_match(got: Any, want: Any) -> tuple[bool, float]:
     return err <= 1e-3 * max(1.0, scale), err
 
 
-def check_against(session: Any, reference: str, rt_mod: Any, device: Any,
-                  args: list[Any]) -> None:
+def check_against(session: RPCSession, reference: str, rt_mod: RuntimeModule, device: Device,
+                  args: list[TVMTensor]) -> None:
     """Run the candidate `rt_mod` and the reference kernel (a library on the host, uploaded
     here) on copies of `args` on the phone; raises RuntimeError(WRONG ...) when an output
     differs."""
@@ -90,7 +95,7 @@ def check_against(session: Any, reference: str, rt_mod: Any, device: Any,
                                f"(max abs err {err:.3g})")
 
 
-def _loaded(session: Any, path: str) -> Any:
+def _loaded(session: RPCSession, path: str) -> RuntimeModule:
     """The library at `path` (on the host) loaded on the phone of `session`, once per
     session: uploading it again would rewrite a library the phone has mapped (it crashes)."""
     loaded = session.__dict__.setdefault("_farm_loaded", {})
@@ -100,8 +105,9 @@ def _loaded(session: Any, path: str) -> Any:
     return loaded[path]
 
 
-def checked_run_evaluator(reference: str, session: Any, rt_mod: Any, device: Any,
-                          evaluator_config: Any, repeated_args: list[Any]) -> list[float]:
+def checked_run_evaluator(reference: str, session: RPCSession, rt_mod: RuntimeModule,
+                          device: Device, evaluator_config: object,
+                          repeated_args: list[list[TVMTensor]]) -> list[float]:
     """MetaSchedule's run evaluator (`runtime.RPCTimeEvaluator` on the phone), after the
     output check against the reference kernel."""
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+
+from farm.core.aliases import JsonDict
+from farm.store.hosts import HostBeat
 
 # instruction-set features (not LLVM's tuning flags such as "fast-gather" or "slow-3ops-lea",
 # which change code quality, never whether the code runs)
@@ -33,7 +35,7 @@ def system_cpu() -> str:
     return cpu_name(codegen.llvm_get_system_cpu())
 
 
-def _features(target_json: dict[str, Any]) -> set[str]:
+def _features(target_json: JsonDict) -> set[str]:
     import tvm
     from tvm.target import codegen
 
@@ -41,7 +43,7 @@ def _features(target_json: dict[str, Any]) -> set[str]:
     return {str(f) for f in feats if _ISA.match(str(f))}
 
 
-def missing_features(target_json: dict[str, Any], cpu: str) -> list[str]:
+def missing_features(target_json: JsonDict, cpu: str) -> list[str]:
     """Instruction-set features code for `target_json` may use that CPU `cpu` lacks (empty:
     it runs there). Only for LLVM CPU targets of this machine's architecture."""
     if target_json.get("kind") != "llvm" or not (target_json.get("mcpu")
@@ -53,7 +55,7 @@ def missing_features(target_json: dict[str, Any], cpu: str) -> list[str]:
     return sorted(_features(target_json) - _features(host))
 
 
-def cpu_for_key(beats: list[Any], device_key: str) -> str | None:
+def cpu_for_key(beats: list[HostBeat], device_key: str) -> str | None:
     """The CPU of the worker hosts with phones of `device_key`, from their heartbeats (None:
     no host says). Hosts of one key on different CPUs are refused: a record tuned on one is
     not the best on the other, so each needs its own device key."""

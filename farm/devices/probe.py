@@ -12,8 +12,8 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from farm.core.aliases import IRModule
 from farm.core.errors import ServiceError
 from farm.core.failures import brief
 from farm.core.profiles import DeviceProfile
@@ -26,7 +26,7 @@ class Probe:
     wall_ms: float  # the whole path: build, link, upload, load, check, time
 
 
-def workload() -> Any:
+def workload() -> IRModule:
     """A small matmul + bias + relu: a real operator, with a real schedule to apply."""
     import tvm
     from tvm import te, topi
@@ -40,7 +40,7 @@ def workload() -> Any:
                                                                            "main")})
 
 
-def candidate(mod: Any, gpu: bool = False, threads: int = 64) -> Any:
+def candidate(mod: IRModule, gpu: bool = False, threads: int = 64) -> IRModule:
     """A scheduled version of `mod`, as a search would make one: tiles and a vector loop on
     a CPU; on a GPU (OpenCL) every block's spatial loops bound to blocks and threads (a
     kernel unbound there does not build), `threads` a block."""

@@ -7,8 +7,8 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from farm.core.aliases import RPCSession
 from farm.core.errors import ServiceError, UsageError
 from farm.core.hostid import is_loopback, short_machine
 
@@ -42,12 +42,13 @@ def phone_address(host: object, port: object) -> str:
     return f"{addr}@{short_machine()}" if is_loopback(str(host)) else addr
 
 
-def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> Any:
+def request_phone(addr: str, key: str, timeout_s: float, priority: int = 1) -> RPCSession:
     """An RPC session on a phone of `key`, handed out by the tracker at `addr`."""
     return request_session(addr, key, timeout_s, priority)[0]
 
 
-def request_session(addr: str, key: str, timeout_s: float, priority: int = 1) -> tuple[Any, str]:
+def request_session(addr: str, key: str, timeout_s: float,
+                    priority: int = 1) -> tuple[RPCSession, str]:
     """(an RPC session on a phone of `key`, that phone's address "host:port") from the tracker
     at `addr`. TVM's own request (TrackerSession.request) does not say which phone it gave;
     the farm accounts every phone's time by this address (farm/store/phones.py)."""

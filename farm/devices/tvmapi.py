@@ -14,8 +14,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
+
+from farm.core.aliases import IRModule, RuntimeModule, Target, TVMObject
+
+R = TypeVar("R")
 
 # (module, attribute, the parameters the farm passes, in order): what each use expects
 EXPECTED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -33,7 +38,7 @@ EXPECTED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-def _get(module: str, name: str) -> Any:
+def _get(module: str, name: str) -> TVMObject:
     return getattr(importlib.import_module(module), name)
 
 
@@ -57,12 +62,14 @@ def problems() -> list[str]:
 
 
 # --- the uses ---------------------------------------------------------------------------
-def serialize_params(params: Any) -> Any:
+def serialize_params(params: object) -> object:
     """MetaSchedule's LocalBuilder: a build input's params, as its build processes take them."""
     return _get("tvm.s_tir.meta_schedule.builder.local_builder", "_serialize_params")(params)
 
 
-def build_and_export(f_build: Any, f_export: Any, mod: Any, target: Any, params: Any) -> str:
+def build_and_export(f_build: Callable[[IRModule, Target, object], RuntimeModule],
+                     f_export: Callable[[RuntimeModule], str] | None, mod: IRModule,
+                     target: Target, params: object) -> str:
     """MetaSchedule's LocalBuilder's work in a build process: build, export, the path."""
     return _get("tvm.s_tir.meta_schedule.builder.local_builder", "_worker_func")(
         f_build, f_export, mod, target, params)
@@ -71,18 +78,27 @@ def build_and_export(f_build: Any, f_export: Any, mod: Any, target: Any, params:
 def wrap_serving(wrapper: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
     """Replace the RPC server's per-connection `_serving(sock, addr, opts, load_library)`
     with `wrapper(original)` (in this process: the server it starts uses it)."""
-    server: Any = importlib.import_module("tvm.rpc.server")
-    server._serving = wrapper(server._serving)
+    _wrap("tvm.rpc.server", "_serving", wrapper)
 
 
-def wrap_server_env(wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def wrap_server_env(wrapper: Callable[[Callable[..., object]], Callable[..., object]]) -> None:
     """Replace the RPC server's per-session `_server_env(load_library, work_path=None)`
     (which registers a session's `tvm.rpc.server.*` functions) with `wrapper(original)`."""
-    server: Any = importlib.import_module("tvm.rpc.server")
-    server._server_env = wrapper(server._server_env)
+    _wrap("tvm.rpc.server", "_server_env", wrapper)
 
 
-def rpc_server_state(*args: Any, **kwargs: Any) -> Any:
+def _wrap(module: str, name: str, wrapper: Callable[[Callable[..., R]], Callable[..., R]]) -> None:
+    found = importlib.import_module(module)
+    setattr(found, name, wrapper(getattr(found, name)))
+
+
+class ServerState(Protocol):
+    """TVM's RPC server or tracker, serving in `thread` of this process."""
+
+    thread: threading.Thread
+
+
+def rpc_server_state(*args: object, **kwargs: object) -> ServerState:
     """TVM's RPC server, run in this process (what its PopenWorker runs in a second one)."""
     cls = _get("tvm.rpc.server", "PopenRPCServerState")
     state = cls(*args, **kwargs)
@@ -90,7 +106,7 @@ def rpc_server_state(*args: Any, **kwargs: Any) -> Any:
     return state
 
 
-def tracker_server_state(*args: Any, **kwargs: Any) -> Any:
+def tracker_server_state(*args: object, **kwargs: object) -> ServerState:
     """TVM's RPC tracker, run in this process."""
     return _get("tvm.rpc.tracker", "PopenTrackerServerState")(*args, **kwargs)
 

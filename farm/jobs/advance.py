@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
 
 from farm.core import keys
+from farm.core.aliases import CeleryApp, JsonDict
 from farm.core.errors import best_effort
 from farm.core.messages import JobSpec, RoundRequest, RoundResult
 from farm.jobs import finalize as finalize_stage
@@ -24,7 +24,8 @@ from farm.store.store import updated
 log = logging.getLogger(__name__)
 
 
-def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundResult) -> None:
+def continue_job(app: CeleryApp, store: RecordStore, req: RoundRequest,
+                 result: RoundResult) -> None:
     """After a round: the workload is done, exhausted, stopped, or gets its next round (the
     planner's verdict). The task's state names its next round before the round is sent, so
     a send that fails is sent again by the supervisor."""
@@ -57,7 +58,7 @@ def continue_job(app: Any, store: RecordStore, req: RoundRequest, result: RoundR
 
 
 def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
-                 prior: TaskState) -> dict[str, Any]:
+                 prior: TaskState) -> JsonDict:
     """The task's numbers with this round's added: failures, lost phones, best, history."""
     failures = dict(prior.failures)
     for k, v in result.failures.items():
@@ -85,7 +86,7 @@ def _facts(store: RecordStore, req: RoundRequest, job: JobSpec | None,
         history=tuple(history))
 
 
-def plan_next_round(app: Any, store: RecordStore, job: JobSpec) -> None:
+def plan_next_round(app: CeleryApp, store: RecordStore, job: JobSpec) -> None:
     """Job budget: once every task has had its first round, keep IN_FLIGHT rounds going, each
     given to the ready task where a round pays most; close the job's tasks when it is spent.
     Idempotent (each round is claimed once): the worker after a round and the supervisor

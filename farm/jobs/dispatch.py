@@ -7,9 +7,8 @@ sized to a round, not to a job.
 
 from __future__ import annotations
 
-from typing import Any
-
 from farm.core import keys
+from farm.core.aliases import CeleryApp
 from farm.core.config import FarmConfig
 from farm.core.messages import PRIORITIES, RoundRequest, logical_of
 from farm.store.broker import PRIORITY_STEPS, BrokerQueues
@@ -32,7 +31,7 @@ def queued_round_ids(broker: BrokerQueues, device_key: str) -> set[str]:
     return {logical_of(task_id) for task_id in broker.task_ids(queue_for(device_key))}
 
 
-def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
+def make_app(config: FarmConfig, broker_url: str | None = None) -> CeleryApp:
     """The Celery app for a farm (broker = `broker_url` or the config's)."""
     from celery import Celery
 
@@ -68,7 +67,7 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> Any:
     return app
 
 
-def send_round(app: Any, req: RoundRequest, countdown_s: float | None = None) -> None:
+def send_round(app: CeleryApp, req: RoundRequest, countdown_s: float | None = None) -> None:
     """Queue one round on its device key's queue. The task id is the round id (dedupe)."""
     app.send_task(
         ROUND_TASK, args=[req.to_json()], queue=queue_for(req.device_key), task_id=req.round_id,

@@ -15,8 +15,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from farm.core.aliases import TVMDatabase
 from farm.core.errors import StoreError, last_line
 from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
@@ -148,7 +148,7 @@ def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
     return bests
 
 
-def _commit(db: Any, store: RecordStore, task: TuneTask, best: StoredRecord) -> None:
+def _commit(db: TVMDatabase, store: RecordStore, task: TuneTask, best: StoredRecord) -> None:
     """The record, tuned on the store's module of the workload, renamed to the task's blocks
     (the same operator can carry other block names in another model) and committed."""
     from tvm.s_tir.meta_schedule.database import TuningRecord

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest, RoundResult, TuneTask
 
 
@@ -107,7 +107,7 @@ class Verdict:
 
     state: str
     message: str
-    extra: dict[str, Any]
+    extra: JsonDict
     exhausted: bool = False
 
 

@@ -24,24 +24,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
+from farm.core.aliases import CeleryApp
 from farm.core.messages import JobSpec, RoundRequest
 from farm.jobs import finalize as finalize_stage
 from farm.jobs.dispatch import queued_round_ids, send_round
 from farm.jobs.fence import holder_is_dead
 from farm.store import RecordStore, TaskState
+from farm.store.broker import BrokerQueues
 
 log = logging.getLogger(__name__)
 
 
 class Supervisor(threading.Thread):
-    def __init__(self, app: Any, store: RecordStore, broker: Any, node: str,
+    def __init__(self, app: CeleryApp, store: RecordStore, broker: BrokerQueues, node: str,
                  interval_s: float, grace_s: float) -> None:
         super().__init__(name=f"supervisor-{node}", daemon=True)
         self.app = app
         self.store = store
-        self.broker = broker  # a Redis client of the broker (its queue lists)
+        self.broker = broker  # the broker's queue lists (read)
         self.node = node
         self.interval_s = interval_s
         self.grace_s = grace_s

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from farm.core.aliases import JsonDict
 from farm.core.config import FarmConfig, redact
 from farm.core.errors import ServiceError
 from farm.local import services
@@ -96,7 +97,7 @@ def reap_orphans(home: Path) -> list[int]:
 LOCK_WAIT_S = 60.0
 
 
-def _holder(home: Path) -> dict[str, Any]:
+def _holder(home: Path) -> JsonDict:
     try:
         return json.loads((home / "embedded.lock").read_text() or "{}")
     except (OSError, ValueError):

@@ -20,7 +20,7 @@ import json
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from farm.core.errors import IngestError, UsageError
 
@@ -132,13 +132,13 @@ def sniff_format(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def tensors_only(torch: Any, path: Path) -> Iterator[None]:
+def tensors_only(torch: ModuleType, path: Path) -> Iterator[None]:
     """While a .pt2 loads, torch unpickles tensors only: a call that asks for more (torch's
     own fallback for sample inputs that fail to load weights-only) is refused, whatever the
     archive's configs said (farm/pipeline/archive.py read them; they can lie)."""
     original = torch.load
 
-    def load(*args: Any, **kwargs: Any) -> Any:
+    def load(*args: object, **kwargs: object) -> object:
         if kwargs.get("weights_only") is False:
             raise UsageError("this torch.export file holds a pickle that is not plain "
                              "tensors; loading it would run code the file carries",
@@ -146,8 +146,9 @@ def tensors_only(torch: Any, path: Path) -> Iterator[None]:
         kwargs["weights_only"] = True
         return original(*args, **kwargs)
 
-    torch.load = load
+    # setattr: mypy reads a module's attributes through ModuleType, it does not let one be set
+    setattr(torch, "load", load)  # noqa: B010
     try:
         yield
     finally:
-        torch.load = original
+        setattr(torch, "load", original)  # noqa: B010

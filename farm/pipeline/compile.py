@@ -11,12 +11,22 @@ import contextlib
 import logging
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 
+from farm.core.aliases import (
+    Device,
+    IRModule,
+    JsonDict,
+    RPCSession,
+    RuntimeModule,
+    Target,
+    TVMDatabase,
+)
 from farm.core.errors import CompileError
 from farm.devices.tracker import request_phone
 
@@ -40,14 +50,14 @@ class CompileResult:
     notes: list[str] = field(default_factory=list)
 
 
-def build(fused: Any, target: Any, database: Any | None) -> Any:
+def build(fused: IRModule, target: Target, database: TVMDatabase | None) -> RuntimeModule:
     """Build the fused Relax module, applying `database` when given."""
     import tvm
     from tvm import relax
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
     @tvm.transform.module_pass(opt_level=3)
-    def lower(mod: Any, _ctx: Any) -> Any:
+    def lower(mod: IRModule, _ctx: object) -> IRModule:
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
         passes = _lower_passes(target)
@@ -58,7 +68,7 @@ def build(fused: Any, target: Any, database: Any | None) -> Any:
         return relax.build(fused, target=target, relax_pipeline=lower)
 
 
-def _lower_passes(target: Any) -> list[Any]:
+def _lower_passes(target: Target) -> list[Callable[[IRModule], IRModule]]:
     """The target's dataflow-lowering and finalize passes (the fused module is already legal)."""
     if target.kind.name == "llvm":
         # tvm.relax.backend.cpu_generic does not re-export these in 0.27.
@@ -68,7 +78,7 @@ def _lower_passes(target: Any) -> list[Any]:
     return list(cpu.dataflow_lower_passes(target)) + list(cpu.finalize_passes(target))
 
 
-def scheduled_functions(fused: Any, target: Any, database: Any) -> set[str]:
+def scheduled_functions(fused: IRModule, target: Target, database: TVMDatabase) -> set[str]:
     """Names of the fused module's PrimFuncs that the log gives a schedule."""
     import tvm
     from tvm.relax.transform import MetaScheduleApplyDatabase
@@ -83,11 +93,11 @@ def scheduled_functions(fused: Any, target: Any, database: Any) -> set[str]:
     return out
 
 
-def _flatten(out: Any) -> list[np.ndarray]:
+def _flatten(out: object) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
         return [out.numpy()]
-    if isinstance(out, (list, tuple)) or hasattr(out, "__len__"):
-        return [a for o in out for a in _flatten(o)]
+    if isinstance(out, (list, tuple)) or hasattr(out, "__len__"):  # a tuple, or TVM's Array
+        return [a for o in cast("Iterable[object]", out) for a in _flatten(o)]
     raise CompileError(f"unexpected VM output {type(out).__name__}")
 
 
@@ -107,8 +117,9 @@ def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
     yield remote, remote.cpu(0)
 
 
-def run_and_time(lib_path: Path, remote: Any, dev: Any, inputs: list[np.ndarray],
-                 repeat: int, number: int) -> tuple[list[np.ndarray], float]:
+def run_and_time(lib_path: Path, remote: RPCSession | None, dev: Device,
+                 inputs: list[np.ndarray], repeat: int,
+                 number: int) -> tuple[list[np.ndarray], float]:
     import tvm
     from tvm import relax
 
@@ -152,8 +163,8 @@ def matches(outs: list[np.ndarray], expected: list[np.ndarray], rtol: float,
 class ModelCheck:
     """What `compile_and_check` builds, where it runs it, and what it compares with."""
 
-    fused: Any  # the fused Relax module the tasks were cut from
-    target_json: dict[str, Any]
+    fused: IRModule  # the fused Relax module the tasks were cut from
+    target_json: JsonDict
     log_dir: Path  # the best-config log (a JSONDatabase folder)
     out_dir: Path  # where model.so goes
     inputs: list[np.ndarray]
@@ -163,7 +174,8 @@ class ModelCheck:
     untunable: list[str]  # functions with no tuning task
     tracker: str | None = None  # a phone of `device_key` runs it; None: this machine's CPU
     device_key: str = "cpu-local"
-    fcompile: Any = None  # the profile's linker (farm/devices/cross.py); None: this machine's
+    # the profile's linker (farm/devices/cross.py); None: this machine's
+    fcompile: Callable[..., object] | None = None
     rtol: float = 1e-4
     atol: float = 1e-4
     repeat: int = 15

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
+from farm.core.aliases import CeleryApp
 from farm.core.config import FarmConfig
 from farm.core.profiles import resolve_profile
 from farm.jobs.dispatch import make_app
@@ -20,7 +20,7 @@ class Farm:
     """A connection to a running farm (embedded or lab)."""
 
     store: RecordStore
-    app: Any
+    app: CeleryApp
     tracker: str | None
     check_alive: Callable[[], None]
     embedded: bool

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ExtractError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
@@ -24,18 +25,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Extracted:
-    fused: Any  # the fused Relax IRModule (compile applies the log to exactly this module)
+    fused: IRModule  # the fused Relax module (compile applies the log to exactly this module)
     tasks: list[TuneTask]
     untunable: list[str]  # PrimFuncs of the fused module that are no tuning task
 
 
-def workload_key(structural_hash: int, target: dict[str, Any], device_key: str) -> str:
+def workload_key(structural_hash: int, target: JsonDict, device_key: str) -> str:
     """Structural hash of the task's TIR + canonical target JSON + device key."""
     text = f"{structural_hash & 0xFFFFFFFFFFFFFFFF:016x}|{canonical_target(target)}|{device_key}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def fuse(mod: Any, target: Any) -> Any:
+def fuse(mod: IRModule, target: Target) -> IRModule:
     import tvm
     from tvm import relax
 
@@ -51,7 +52,7 @@ def fuse(mod: Any, target: Any) -> Any:
         return seq(mod)
 
 
-def _dispatch_passes(target: Any) -> list[Any]:
+def _dispatch_passes(target: Target) -> list[Callable[[IRModule], IRModule]]:
     from tvm import relax
 
     try:
@@ -60,7 +61,7 @@ def _dispatch_passes(target: Any) -> list[Any]:
         return []
 
 
-def extract(mod: Any, profile: DeviceProfile, model_name: str = "model",
+def extract(mod: IRModule, profile: DeviceProfile, model_name: str = "model",
             fold_bn: bool = True) -> Extracted:
     """Fuse the module for the profile's target (its inference batch norms folded into their
     convolutions unless `fold_bn` is False) and cut it into tuning tasks."""
@@ -94,7 +95,7 @@ def extract(mod: Any, profile: DeviceProfile, model_name: str = "model",
     for task in tasks:
         if task.workload_key in unique:
             prev = unique[task.workload_key]
-            unique[task.workload_key] = TuneTask(**{**_fields(prev), "weight": prev.weight + task.weight})
+            unique[task.workload_key] = replace(prev, weight=prev.weight + task.weight)
         else:
             unique[task.workload_key] = task
     task_names = {t.name for t in tasks}
@@ -105,7 +106,7 @@ def extract(mod: Any, profile: DeviceProfile, model_name: str = "model",
     return Extracted(fused=fused, tasks=list(unique.values()), untunable=untunable)
 
 
-def _folded(mod: Any) -> Any:
+def _folded(mod: IRModule) -> IRModule:
     """The module with its batch norms folded (farm/pipeline/foldbn.py); as it is when the
     fold fails: an optimization never stops a job."""
     try:
@@ -115,11 +116,7 @@ def _folded(mod: Any) -> Any:
         return mod
 
 
-def _fields(task: TuneTask) -> dict[str, Any]:
-    return {k: getattr(task, k) for k in task.__dataclass_fields__}
-
-
-def _flop(mod: Any) -> float:
+def _flop(mod: IRModule) -> float:
     from tvm.s_tir.meta_schedule import _ffi_api  # noqa: F401 - registers the estimator
 
     try:

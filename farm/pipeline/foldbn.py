@@ -17,7 +17,9 @@ float32/float64, and intermediate results used by nothing else.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import NamedTuple
+
+from farm.core.aliases import IRModule, RelaxExpr, TVMObject
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +27,24 @@ _CONVS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d")
 _FLOATS = ("float32", "float64")
 
 
-def fold_batch_norm(mod: Any) -> Any:
+class Fold(NamedTuple):
+    """A batch norm folded: its convolution, the scaled weights and the shift (constants)."""
+
+    conv: RelaxExpr
+    weight: RelaxExpr
+    shift: RelaxExpr
+
+
+Plans = dict[RelaxExpr, Fold]  # a batch norm's var -> its fold
+Users = dict[RelaxExpr, list[RelaxExpr]]  # a var -> the vars that use it (relax udchain)
+
+
+def fold_batch_norm(mod: IRModule) -> IRModule:
     """The module with every foldable inference batch norm folded into its convolution."""
     from tvm import relax
 
     given, mod = mod, relax.transform.FoldConstant()(mod)  # a bias reshaped: a constant
-    plans: dict[Any, tuple[Any, Any, Any]] = {}
+    plans: Plans = {}
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             for block in func.body.blocks:
@@ -46,7 +60,7 @@ def fold_batch_norm(mod: Any) -> Any:
     return relax.transform.DeadCodeElimination()(mod)
 
 
-def _plan(block: Any) -> dict[Any, tuple[Any, Any, Any]]:
+def _plan(block: TVMObject) -> Plans:
     """Batch-norm var -> (the convolution, its scaled weights and the shift, as constants)."""
     from tvm import relax
 
@@ -64,17 +78,17 @@ def _plan(block: Any) -> dict[Any, tuple[Any, Any, Any]]:
     return plans
 
 
-def _op(call: Any) -> str:
+def _op(call: RelaxExpr) -> str:
     return str(getattr(call.op, "name", ""))
 
 
-def _only_user(var: Any, user: Any, users: dict[Any, Any]) -> bool:
+def _only_user(var: RelaxExpr, user: RelaxExpr, users: Users) -> bool:
     found = list(users.get(var, []))
     return len(found) == 1 and found[0].same_as(user)
 
 
-def _fold(bn_var: Any, bn: Any, values: dict[Any, Any],
-          users: dict[Any, Any]) -> tuple[Any, Any, Any] | None:
+def _fold(bn_var: RelaxExpr, bn: RelaxExpr, values: dict[RelaxExpr, RelaxExpr],
+          users: Users) -> Fold | None:
     from tvm import relax
     from tvm.ir.expr import Constant
 
@@ -104,8 +118,8 @@ def _fold(bn_var: Any, bn: Any, values: dict[Any, Any],
                    bool(attrs.scale))
 
 
-def _scaled(conv: Any, bias: Any, stats: list[Any], eps: float, center: bool,
-            scale: bool) -> tuple[Any, Any, Any] | None:
+def _scaled(conv: RelaxExpr, bias: RelaxExpr | None, stats: list[RelaxExpr], eps: float,
+            center: bool, scale: bool) -> Fold | None:
     import numpy as np
     from tvm import relax
 
@@ -126,20 +140,20 @@ def _scaled(conv: Any, bias: Any, stats: list[Any], eps: float, center: bool,
     shift = (b - mean) * s + (beta if center else 0.0)
     ones = (1,) * (weight.ndim - 1)  # the weight's rank is the output's: (N, C, spatial...)
     w = weight.astype("float64") * s.reshape((channels, *ones))
-    return (conv, relax.const(w.astype(weight.dtype)),
-            relax.const(shift.astype(weight.dtype).reshape((1, channels, *ones[1:]))))
+    return Fold(conv, relax.const(w.astype(weight.dtype)),
+                relax.const(shift.astype(weight.dtype).reshape((1, channels, *ones[1:]))))
 
 
-def _folder() -> Any:
+def _folder() -> type:
     from tvm import relax
 
     @relax.expr_functor.mutator
     class Folder(relax.PyExprMutator):
-        def __init__(self, mod: Any, plans: dict[Any, tuple[Any, Any, Any]]) -> None:
+        def __init__(self, mod: IRModule, plans: Plans) -> None:
             super().__init__(mod)
             self.plans = plans
 
-        def visit_tuple_getitem_(self, op: Any) -> Any:
+        def visit_tuple_getitem_(self, op: RelaxExpr) -> RelaxExpr:
             plan = self.plans.get(op.tuple_value) if op.index == 0 else None
             if plan is None:
                 return super().visit_tuple_getitem_(op)

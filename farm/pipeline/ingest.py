@@ -18,13 +18,20 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from farm.core.aliases import IRModule
 from farm.core.errors import ExtractError, IngestError, UsageError
 from farm.pipeline.archive import PICKLE_HINT, PICKLE_REFUSED, sniff_format, tensors_only
 from farm.pipeline.rewrite import alias_overloads, promote_types, training_ops
+
+if TYPE_CHECKING:  # torch is imported when a model is read, not with this module
+    from torch import SymInt, Tensor
+    from torch.export import ExportedProgram
+    from torch.nn import Module
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +45,7 @@ class ModelBundle:
     name: str
     path: str
     fmt: str  # "torch.export" | "torchscript" | "pickle"
-    mod: Any  # tvm.IRModule (Relax)
+    mod: IRModule  # the model as a Relax module
     inputs: list[np.ndarray]
     outputs: list[np.ndarray]
     torch_us: float
@@ -157,7 +164,7 @@ def load(
                        outputs=outputs, torch_us=torch_us, torch_threads=threads)
 
 
-def _flatten(torch: Any, out: Any) -> list[Any]:
+def _flatten(torch: ModuleType, out: object) -> list[Tensor]:
     """The model's output tensors in the order torch.export flattens them (its pytree: a dict
     in insertion order), which is the order of the imported model's outputs."""
     from torch.utils import _pytree
@@ -169,7 +176,7 @@ def _flatten(torch: Any, out: Any) -> list[Any]:
     return leaves
 
 
-def _time_torch(module: Any, args: tuple, runs: int) -> float:
+def _time_torch(module: Module, args: tuple[Tensor, ...], runs: int) -> float:
     for _ in range(3):
         module(*args)
     times = []
@@ -180,8 +187,9 @@ def _time_torch(module: Any, args: tuple, runs: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[int, ...]] | None,
-                         dtype: str, allow_pickle: bool) -> tuple[Any, tuple]:
+def _to_exported_program(torch: ModuleType, path: Path, fmt: str,
+                         shapes: list[tuple[int, ...]] | None, dtype: str,
+                         allow_pickle: bool) -> tuple[ExportedProgram, tuple[Tensor, ...]]:
     """The model as a torch.export program, and example inputs of its shapes."""
     if fmt == "torch.export":
         return _from_export(torch, path, shapes, allow_pickle)
@@ -196,8 +204,8 @@ def _to_exported_program(torch: Any, path: Path, fmt: str, shapes: list[tuple[in
     return _from_pickle(torch, path, args, allow_pickle), args
 
 
-def _from_export(torch: Any, path: Path, shapes: list[tuple[int, ...]] | None,
-                 allow_pickle: bool) -> tuple[Any, tuple]:
+def _from_export(torch: ModuleType, path: Path, shapes: list[tuple[int, ...]] | None,
+                 allow_pickle: bool) -> tuple[ExportedProgram, tuple[Tensor, ...]]:
     try:
         with contextlib.nullcontext() if allow_pickle else tensors_only(torch, path):
             ep = torch.export.load(str(path))
@@ -229,11 +237,12 @@ def _from_export(torch: Any, path: Path, shapes: list[tuple[int, ...]] | None,
     return ep, args
 
 
-def _hint(d: Any) -> int:
+def _hint(d: int | SymInt) -> int:
     return d if isinstance(d, int) else int(d.node.hint)
 
 
-def _check_shapes(ep: Any, path: Path, shapes: list[tuple[int, ...]], dims: list[list[Any]]) -> None:
+def _check_shapes(ep: ExportedProgram, path: Path, shapes: list[tuple[int, ...]],
+                  dims: list[list[int | SymInt]]) -> None:
     """--input-shape against the program's inputs: a static dim must match, a dynamic one be
     within the range it was exported with."""
     if len(shapes) != len(dims):
@@ -258,7 +267,7 @@ def _check_shapes(ep: Any, path: Path, shapes: list[tuple[int, ...]], dims: list
                                  f"export; --input-shape gives {w}", subject=str(path))
 
 
-def _from_torchscript(torch: Any, path: Path, args: tuple) -> Any:
+def _from_torchscript(torch: ModuleType, path: Path, args: tuple[Tensor, ...]) -> ExportedProgram:
     try:
         ts = torch.jit.load(str(path), map_location="cpu").eval()
     except Exception as e:  # noqa: BLE001
@@ -278,7 +287,8 @@ def _from_torchscript(torch: Any, path: Path, args: tuple) -> Any:
                           hint="export it yourself with torch.export.save and submit the .pt2") from e
 
 
-def _from_pickle(torch: Any, path: Path, args: tuple, allow_pickle: bool) -> Any:
+def _from_pickle(torch: ModuleType, path: Path, args: tuple[Tensor, ...],
+                 allow_pickle: bool) -> ExportedProgram:
     """A pickled nn.Module (loading it runs code from the file: only with --allow-pickle)."""
     if not allow_pickle:
         raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
@@ -299,7 +309,7 @@ def _from_pickle(torch: Any, path: Path, args: tuple, allow_pickle: bool) -> Any
                           subject=str(path)) from e
 
 
-def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:
+def _check_runs(torch: ModuleType, model: Module, args: tuple[Tensor, ...], path: Path) -> None:
     with torch.no_grad():
         try:
             model(*args)
@@ -309,7 +319,7 @@ def _check_runs(torch: Any, model: Any, args: tuple, path: Path) -> None:
                              f"size?): {_first_line(e)}", subject=str(path)) from e
 
 
-def _to_relax(ep: Any, path: Path) -> Any:
+def _to_relax(ep: ExportedProgram, path: Path) -> IRModule:
     """torch.export program -> Relax IRModule, weights bound as constants."""
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -332,7 +342,7 @@ def _unsupported_ops(msg: str) -> list[str]:
     return [s.strip(" '\"") for s in m.group(1).split(",") if s.strip(" '\"")]
 
 
-def export_module(model: Any, example_inputs: tuple[Any, ...] | None, path: Path) -> Path:
+def export_module(model: object, example_inputs: tuple[object, ...] | None, path: Path) -> Path:
     """An nn.Module (a notebook's) saved as a torch.export program at `path`, the file a job
     reads: the module is traced with `example_inputs` here, nothing of it is pickled."""
     import torch

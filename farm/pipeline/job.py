@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.config import FarmConfig
 from farm.core.errors import UnmeasuredError, UsageError
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
@@ -49,13 +49,13 @@ CLIENT = f"client@{socket.gethostname()}"  # who finalized a job, when a client 
 class Prepared:
     """A model ingested (torch) and split into tuning tasks (TVM) for one device profile."""
 
-    bundle: Any
-    extracted: Any
-    profile: Any
+    bundle: ingest_stage.ModelBundle
+    extracted: extract_stage.Extracted
+    profile: DeviceProfile
 
 
 def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None] = print,
-           resume: str | None = None, view: View | None = None) -> dict[str, Any]:
+           resume: str | None = None, view: View | None = None) -> JsonDict:
     """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
     summary (also written to <out>/summary.json)."""
     t0 = time.monotonic()
@@ -213,7 +213,7 @@ def send_first_rounds(farm: Farm, job: JobSpec, plans: list[plan_stage.TaskPlan]
 
 def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, config: FarmConfig,
              report: Callable[[str], None], t0: float,
-             view: View | None = None) -> dict[str, Any]:
+             view: View | None = None) -> JsonDict:
     """Stages 5-7 for a dispatched job: wait for the workers (the store is the truth, not a
     chord callback), finalize (once per job, whoever comes first), compile and check against
     torch, write <out>. Used by `farm submit`, `farm resume` and `farm wait`."""
@@ -274,7 +274,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
 
 def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
            out: Path | None = None, force: bool = False,
-           timeout_s: float | None = None, allow_pickle: bool = False) -> dict[str, Any]:
+           timeout_s: float | None = None, allow_pickle: bool = False) -> JsonDict:
     """`farm wait JOB`: the client's part of a lab job whose submitting client died or did not
     wait. Waits for it (the farm's supervisor re-sends lost rounds and finalizes it; finalize
     here too, once per job, is a no-op then), and when its model file is readable here,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.errors import StoreError, UsageError
 from farm.core.messages import JobSpec
 
@@ -33,7 +33,7 @@ class SubmitOptions:
     # job keeps its own
     target_cpu: str | None = None
 
-    def to_job_options(self) -> dict[str, Any]:
+    def to_job_options(self) -> JsonDict:
         """What `farm resume` and `farm wait` need to redo the client's part of the job."""
         return {"model": str(self.model.resolve()), "out": str(self.out.resolve()),
                 "trials_per_task": self.trials_per_task, "trials_budget": self.trials_budget,
@@ -42,7 +42,9 @@ class SubmitOptions:
                 "priority": self.priority}
 
     @classmethod
-    def from_job(cls, job: JobSpec, out: Path | None = None, **changes: Any) -> SubmitOptions:
+    def from_job(cls, job: JobSpec, out: Path | None = None, *, force: bool = False,
+                 wait: bool = True, timeout_s: float | None = None,
+                 allow_pickle: bool = False) -> SubmitOptions:
         o = job.options
         if not o.get("model"):
             raise StoreError("the job does not record how it was submitted",
@@ -52,7 +54,6 @@ class SubmitOptions:
                              subject=f"job {job.job_id}", hint="pass --out DIR")
         # what widens what the user asked for is never taken from the store: a pickle is
         # loaded only with this command's own --allow-pickle
-        changes.setdefault("allow_pickle", False)
         return cls(model=Path(o["model"]), out=out or Path(o["out"]),
                    trials_per_task=int(o.get("trials_per_task", job.trials_per_task)),
                    trials_budget=int(o.get("trials_budget", 0)),
@@ -60,4 +61,5 @@ class SubmitOptions:
                    input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
                    tracker=o.get("tracker"),
                    priority=o.get("priority", "normal"),
-                   target_cpu=str(job.target.get("mcpu", "")), **changes)
+                   target_cpu=str(job.target.get("mcpu", "")), force=force, wait=wait,
+                   timeout_s=timeout_s, allow_pickle=allow_pickle)

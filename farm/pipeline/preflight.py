@@ -9,12 +9,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError, last_line
 from farm.core.messages import PRIORITIES
-from farm.core.profiles import canonical_target, known_keys, resolve_profile
+from farm.core.profiles import DeviceProfile, canonical_target, known_keys, resolve_profile
 from farm.pipeline import ingest as ingest_stage
 from farm.pipeline.archive import check_model
 from farm.pipeline.options import SubmitOptions
@@ -148,7 +147,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
                f"[profiles.{profile.key}] if that is not what it is)")
 
 
-def check_target(profile: Any) -> None:
+def check_target(profile: DeviceProfile) -> None:
     """The profile's target is one TVM accepts (an attribute of the wrong type, an unknown
     kind), before the model is read: not an error from deep in TVM after it loads."""
     import tvm
@@ -161,7 +160,7 @@ def check_target(profile: Any) -> None:
                          hint=f"fix target in [profiles.{profile.key}] of farm.toml") from e
 
 
-def check_embedded(profile: Any) -> None:
+def check_embedded(profile: DeviceProfile) -> None:
     """Refuse, with the reason, a profile the embedded farm's emulated phones cannot run."""
     import platform
 

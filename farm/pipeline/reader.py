@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from farm.core import errors
+from farm.core.aliases import JsonDict
 from farm.core.errors import FarmError, IngestError
 from farm.core.secrets import SECRET_VARS
 from farm.pipeline.ingest import ModelBundle
@@ -60,7 +60,7 @@ def load_apart(path: Path, shapes: list[tuple[int, ...]] | None, dtype: str,
                               subject=str(path), hint="`farm --debug submit` shows more")
         meta = json.loads((folder / "meta.json").read_text())
 
-        def arrays(kind: str) -> list[Any]:
+        def arrays(kind: str) -> list[np.ndarray]:
             return [np.load(folder / f"{kind}{i}.npy", allow_pickle=False)
                     for i in range(meta[kind])]
 
@@ -70,7 +70,7 @@ def load_apart(path: Path, shapes: list[tuple[int, ...]] | None, dtype: str,
                            torch_us=float(meta["torch_us"]), torch_threads=int(meta["threads"]))
 
 
-def _error(data: dict[str, Any]) -> FarmError:
+def _error(data: JsonDict) -> FarmError:
     """The child's FarmError, as the same class in this process."""
     cls = getattr(errors, str(data.get("kind")), None)
     if not (isinstance(cls, type) and issubclass(cls, FarmError)):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.pipeline.summary import numerics_hint
 from farm.store import RecordStore
 
@@ -36,7 +36,7 @@ def _ticks(lo: float, hi: float) -> list[float]:
     return [lo, (lo + hi) / 2, hi]
 
 
-def _errors(task: dict[str, Any]) -> str:
+def _errors(task: JsonDict) -> str:
     """The first message of each failure class of a task (the phone's or builder's words)."""
     items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
                     for k, v in (task.get("errors") or {}).items())
@@ -111,7 +111,7 @@ def cache_view(store: RecordStore, wk: str, top: int = 5) -> str:
             f"</tr>{rows}</table></details>")
 
 
-def compare(summary: dict[str, Any], other: dict[str, Any]) -> str:
+def compare(summary: JsonDict, other: JsonDict) -> str:
     """This run beside another (`farm report OUT --against OUT2`): the model's latencies,
     then per task (matched by workload key) best latency, trials and the ratio."""
     a, b = summary["latency_us"], other["latency_us"]
@@ -140,7 +140,7 @@ def compare(summary: dict[str, Any], other: dict[str, Any]) -> str:
 {''.join(rows)}</table>"""
 
 
-def phones_section(summary: dict[str, Any], store: RecordStore) -> str:
+def phones_section(summary: JsonDict, store: RecordStore) -> str:
     """Each phone's part: the table, and the timeline of its batches (idle gaps are white)."""
     phones = summary.get("phones")
     if not phones:
@@ -158,8 +158,8 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def render(summary: dict[str, Any], store: RecordStore,
-           against: dict[str, Any] | None = None) -> str:
+def render(summary: JsonDict, store: RecordStore,
+           against: JsonDict | None = None) -> str:
     lat = summary["latency_us"]
     mismatch = "" if summary["numerics_ok"] else f": {html.escape(numerics_hint(summary))}"
     tasks = summary["tasks"]
@@ -218,8 +218,8 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 """
 
 
-def write(out_dir: Path, summary: dict[str, Any], store: RecordStore,
-          against: dict[str, Any] | None = None) -> Path:
+def write(out_dir: Path, summary: JsonDict, store: RecordStore,
+          against: JsonDict | None = None) -> Path:
     path = out_dir / "report.html"
     path.write_text(render(summary, store, against))
     return path

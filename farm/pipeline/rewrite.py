@@ -4,13 +4,15 @@ overload TVM lacks, in operators TVM converts."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+
+from farm.core.aliases import ExportedProgram
 
 _ARITH = {"pow", "div", "mul", "add", "sub", "rsub", "true_divide", "maximum", "minimum",
           "floor_divide", "remainder", "fmod", "atan2"}
 
 
-def alias_overloads(torch: Any, ep: Any) -> int:
+def alias_overloads(torch: ModuleType, ep: ExportedProgram) -> int:
     """Rewrite div.Scalar_mode, which TVM's frontend lacks, as div.Tensor_mode, which it
     converts: a traced TorchScript's `size // heads` (nn.TransformerEncoderLayer's head size)
     is div.Scalar_mode of an int64 scalar tensor. The scalar becomes a tensor of the
@@ -36,7 +38,7 @@ def alias_overloads(torch: Any, ep: Any) -> int:
     return renamed
 
 
-def promote_types(torch: Any, ep: Any) -> int:
+def promote_types(torch: ModuleType, ep: ExportedProgram) -> int:
     """Make torch's int -> float type promotion explicit in arithmetic (TVM does not promote).
 
     E.g. `(d // heads) ** 0.5` of a traced model is pow(int64 tensor, 0.5) -> float32 in
@@ -65,7 +67,7 @@ def promote_types(torch: Any, ep: Any) -> int:
     return casts
 
 
-def training_ops(torch: Any, ep: Any) -> list[str]:
+def training_ops(torch: ModuleType, ep: ExportedProgram) -> list[str]:
     """The operators that run as in training: batch norm on the batch's statistics, dropout
     that drops. TVM compiles them for inference (running statistics, no dropout), so such a
     model never matches torch and its tuning is for a model nobody deploys."""

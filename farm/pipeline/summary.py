@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from farm.core.messages import JobSpec
+from farm.core.aliases import JsonDict
+from farm.core.messages import JobSpec, TuneTask
+from farm.core.profiles import DeviceProfile
 from farm.pipeline import compile as compile_stage
-from farm.store import TaskState
+from farm.pipeline.ingest import ModelBundle
+from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.hosts import registered_phones
 from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
 
 
-def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[str, int],
-                 states: dict[str, TaskState], measured: dict[str, int], bests: dict[str, Any],
-                 result: compile_stage.CompileResult, profile: Any, wall_s: float,
+def make_summary(job: JobSpec, bundle: ModelBundle, tasks: list[TuneTask],
+                 from_store: dict[str, int], states: dict[str, TaskState],
+                 measured: dict[str, int], bests: dict[str, StoredRecord | None],
+                 result: compile_stage.CompileResult, profile: DeviceProfile, wall_s: float,
                  counts: dict[str, dict[str, int]] | None = None,
-                 defaults: dict[str, float] | None = None) -> dict[str, Any]:
+                 defaults: dict[str, float] | None = None) -> JsonDict:
     """`defaults`: workload key -> the measured run time of TVM's default schedule."""
     counts, defaults = counts or {}, defaults or {}
     rows = []
@@ -26,10 +28,11 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
         st = states.get(wk, TaskState())
         row = counts.get(wk, dict.fromkeys(COUNTERS, 0))
         best = bests.get(wk)
+        best_us = best.run_us if best is not None else None  # a best record is valid
         rows.append({
             "name": task.name, "workload_key": wk, "weight": task.weight,
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
-            "best_us": round(best.run_us, 3) if best is not None else None,
+            "best_us": round(best_us, 3) if best_us is not None else None,
             "default_us": round(defaults[wk], 3) if wk in defaults else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
             "valid": st.valid, "errors": st.errors,
@@ -62,17 +65,17 @@ def make_summary(job: JobSpec, bundle: Any, tasks: list[Any], from_store: dict[s
     }
 
 
-def default_times(store: Any, tasks: list[Any]) -> dict[str, float]:
+def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]:
     """Workload key -> the measured run time of TVM's default schedule, where the store has it."""
     out = {}
     for task in tasks:
         rec = store.get_record(task.workload_key, DEFAULT_SCHEDULE)
-        if rec is not None and rec.valid:
+        if rec is not None and rec.valid and rec.run_us is not None:
             out[task.workload_key] = float(rec.run_us)
     return out
 
 
-def phone_section(store: Any, job: JobSpec, now: float | None = None) -> dict[str, Any]:
+def phone_section(store: RecordStore, job: JobSpec, now: float | None = None) -> JsonDict:
     """Each phone's part in the job: busy and idle seconds, utilization (busy / the tuning
     wall: from the job's start to its last measurement, or to `now` while it runs),
     measurements, device lost."""
@@ -85,7 +88,7 @@ def phone_section(store: Any, job: JobSpec, now: float | None = None) -> dict[st
             "phone_utilization": round(busy / (wall * len(rows)), 3) if rows and wall else 0.0}
 
 
-def numerics_hint(summary: dict[str, Any]) -> str:
+def numerics_hint(summary: JsonDict) -> str:
     """Whose fault a mismatch with torch is: the untuned build tells TVM's import apart from
     the farm's tuning."""
     if summary.get("untuned_numerics_ok") is False:

@@ -5,8 +5,8 @@ whose phone was lost is drawn black. Inline SVG, like the rest of report.html.""
 from __future__ import annotations
 
 import html
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.store.phones import PhoneSpan
 
 # tab10 without the blue and orange the report's curves and bars use
@@ -19,16 +19,16 @@ LABEL_W, PLOT_W, ROW_H = 230, 640, 22
 def bars(spans: list[PhoneSpan]) -> list[tuple[str, str, float, float]]:
     """(phone, task, start, end) per phone and batch: a batch's measurements on one phone
     are one bar (from its first start to its last end)."""
-    merged: dict[tuple[str, str], list[Any]] = {}
+    merged: dict[tuple[str, str], tuple[str, float, float]] = {}
     for s in spans:
         if s.outcome == "device_lost":
             continue
-        bar = merged.setdefault((s.phone, s.batch), [s.task, s.start, s.end])
-        bar[1], bar[2] = min(bar[1], s.start), max(bar[2], s.end)
+        task, start, end = merged.get((s.phone, s.batch), (s.task, s.start, s.end))
+        merged[(s.phone, s.batch)] = (task, min(start, s.start), max(end, s.end))
     return [(phone, task, start, end) for (phone, _), (task, start, end) in merged.items()]
 
 
-def svg_timeline(spans: list[PhoneSpan], phones: list[dict[str, Any]], wall_s: float) -> str:
+def svg_timeline(spans: list[PhoneSpan], phones: list[JsonDict], wall_s: float) -> str:
     """The timeline of `phones` (summary.json's rows, in order) over the last `wall_s` seconds
     of the job's measurements."""
     if not phones or not spans or wall_s <= 0:
@@ -72,7 +72,7 @@ def svg_timeline(spans: list[PhoneSpan], phones: list[dict[str, Any]], wall_s: f
             f' device lost</p>')
 
 
-def phone_table(phones: list[dict[str, Any]]) -> str:
+def phone_table(phones: list[JsonDict]) -> str:
     rows = []
     for p in phones:
         mean = "-" if p["mean_ms"] is None else f"{p['mean_ms']:.0f}"

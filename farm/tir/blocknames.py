@@ -18,35 +18,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+
+from farm.core.aliases import IRModule, JsonDict, JsonList, PrimFunc
 
 _SBLOCK = "s_tir.SBlock"
 ROOT = "root"
 
 
-def _graph(node: Any) -> dict[str, Any]:
+def _graph(node: IRModule | PrimFunc) -> JsonDict:
     import tvm
 
     return json.loads(tvm.ir.save_json(node))
 
 
-def _blocks(graph: dict[str, Any]) -> list[dict[str, Any]]:
+def _blocks(graph: JsonDict) -> list[JsonDict]:
     """The SBlock nodes of a saved TVM object graph, in the graph's order (post-order: the
     same order for structurally equal functions)."""
     return [n for n in graph["nodes"] if n.get("type") == _SBLOCK]
 
 
-def _names(graph: dict[str, Any], blocks: list[dict[str, Any]]) -> list[str]:
+def _names(graph: JsonDict, blocks: list[JsonDict]) -> list[str]:
     return [graph["nodes"][b["data"]["name_hint"]]["data"] for b in blocks]
 
 
-def block_names(func: Any) -> list[str]:
+def block_names(func: IRModule | PrimFunc) -> list[str]:
     """The function's block names, in canonical order."""
     graph = _graph(func)
     return _names(graph, _blocks(graph))
 
 
-def canonical(func: Any) -> Any:
+def canonical(func: PrimFunc) -> PrimFunc:
     """The function with its blocks named by their place (`block_0`, ...; the root block keeps
     `root`); the function itself when it has no block to rename."""
     import tvm
@@ -63,7 +64,7 @@ def canonical(func: Any) -> Any:
     return tvm.ir.load_json(json.dumps(graph))
 
 
-def canonical_module(mod: Any) -> Any:
+def canonical_module(mod: IRModule) -> IRModule:
     """A copy of an IRModule with every TIR function's blocks named canonically (Relax
     functions as they are)."""
     import tvm
@@ -77,14 +78,14 @@ def canonical_module(mod: Any) -> Any:
     return mod
 
 
-def translate(record: list[Any], tuned_on: Any, applied_to: Any) -> list[Any]:
+def translate(record: JsonList, tuned_on: IRModule, applied_to: IRModule) -> JsonList:
     """A record's JSON (`[trace, ...]`) tuned on the module `tuned_on`, with its blocks renamed
     to those of `applied_to` (a structurally equal module). ValueError when the two modules'
     blocks do not correspond."""
     return translation(tuned_on, applied_to)(record)
 
 
-def translation(tuned_on: Any, applied_to: Any) -> Callable[[list[Any]], list[Any]]:
+def translation(tuned_on: IRModule, applied_to: IRModule) -> Callable[[JsonList], JsonList]:
     """`translate` for many records of one pair of modules (their blocks are read once)."""
     old, new = block_names(tuned_on), block_names(applied_to)
     if old == new:
@@ -96,7 +97,7 @@ def translation(tuned_on: Any, applied_to: Any) -> Callable[[list[Any]], list[An
     return lambda record: _renamed(record, rename)
 
 
-def _renamed(record: list[Any], rename: dict[str, str]) -> list[Any]:
+def _renamed(record: JsonList, rename: dict[str, str]) -> JsonList:
     insts, decisions = record[0]
     renamed = []
     for inst in insts:

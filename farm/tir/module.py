@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from farm.core.aliases import IRModule
 from farm.core.messages import TuneTask
 
 
-def load_mod(task: TuneTask) -> Any:
+def load_mod(task: TuneTask) -> IRModule:
     """The task's TIR IRModule back from its TVM JSON."""
     import tvm
 

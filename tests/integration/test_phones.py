@@ -48,7 +48,7 @@ def sessions(tracker: str, path: Path, n: int, cooldown_s: float = 0.0) -> list[
     got = []
     for _ in range(n):
         session = phonelog.create_session(str(path), tracker, cooldown_s, cfg)
-        got.append(phonelog._SESSION["phone"])
+        got.append(phonelog._SESSION.phone)
         session.cpu(0)  # the phone answers
         phonelog.cleanup(str(path), session, None)
         del session  # the session ends (the runner's pool function returns)

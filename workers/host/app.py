@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import signals
 
+from farm.core.aliases import CeleryApp, CeleryTask, JsonDict
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
@@ -25,6 +26,9 @@ from farm.store.store import updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import HOLD_S
 from workers.round.measure import LEASE_TTL_S, LeaseBusy, StaleRound, run_round
+
+if TYPE_CHECKING:
+    from workers.round.callback import RoundCounters
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,8 @@ class TvmChatter(logging.Filter):
 logging.getLogger("celery.redirected").addFilter(TvmChatter())
 
 
-def build_app(config: FarmConfig, tracker: str, node: str, gate_dir: str | None = None) -> Any:
+def build_app(config: FarmConfig, tracker: str, node: str,
+              gate_dir: str | None = None) -> CeleryApp:
     """The worker's Celery app; with `gate_dir`, its rounds take slots of the worker's gate
     there (how many run at once follows the measured speeds, workers/round/gate.py)."""
     app = make_app(config)
@@ -62,7 +67,7 @@ def build_app(config: FarmConfig, tracker: str, node: str, gate_dir: str | None 
 
 
 @signals.worker_process_init.connect
-def _warm_process(**_: Any) -> None:
+def _warm_process(**_: object) -> None:
     if "config" not in _PROCESS:
         return
     ctx = _new_context()
@@ -94,7 +99,7 @@ def _context() -> tuple[WorkerContext, RecordStore]:
     return _PROCESS["ctx"], _PROCESS["store"]
 
 
-def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def tune_round(self: CeleryTask, payload: JsonDict) -> JsonDict:
     """One round of one workload, fenced (farm/jobs/fence.py): a copy of a round that is done,
     running elsewhere, or no longer the task's current round does not run."""
     req = RoundRequest.from_json(payload)
@@ -142,9 +147,9 @@ def tune_round(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     return result.to_json()
 
 
-def _run(task: Any, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
+def _run(task: CeleryTask, ctx: WorkerContext, store: RecordStore, req: RoundRequest,
          fence: RoundFence) -> RoundResult | None:
-    def progress(c: Any) -> None:
+    def progress(c: RoundCounters) -> None:
         fence.check()
         meta = {"job": req.job_id, "task": req.task_name, "round": req.round_index + 1,
                 "trials_done": c.new + c.duplicates, "trials_total": req.trials,

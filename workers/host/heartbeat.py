@@ -12,8 +12,9 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import CeleryApp
 from farm.core.errors import ServiceError, best_effort
 from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
@@ -22,13 +23,16 @@ from farm.jobs.dispatch import queue_for
 from farm.store import RecordStore
 from farm.store.hosts import HostBeat
 
+if TYPE_CHECKING:
+    from workers.round.gate import Gate
+
 log = logging.getLogger(__name__)
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, app: Any, store: RecordStore, name: str, tracker: str, queues: set[str],
+    def __init__(self, app: CeleryApp, store: RecordStore, name: str, tracker: str, queues: set[str],
                  follow_tracker: bool, ttl_s: int, interval_s: float | None = None,
-                 grace_s: float = 300.0, gate: Any = None) -> None:
+                 grace_s: float = 300.0, gate: Gate | None = None) -> None:
         super().__init__(name=f"heartbeat-{name}", daemon=True)
         self.app = app
         self.store = store  # thread-safe: redis-py's client pools its connections

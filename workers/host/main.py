@@ -10,7 +10,6 @@ import socket
 import tempfile
 import time
 from dataclasses import replace
-from typing import Any
 
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
@@ -18,7 +17,7 @@ from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
 from farm.jobs.dispatch import queue_for
-from farm.store import open_broker, open_store
+from farm.store import RecordStore, open_broker, open_store
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def default_name() -> str:
     return f"farm@{socket.gethostname()}-{start[:6]}"
 
 
-def check_name_free(store: Any, name: str, ttl_s: float) -> None:
+def check_name_free(store: RecordStore, name: str, ttl_s: float) -> None:
     """A name given with --hostname that a live worker of another machine or process holds is
     refused: two hosts of one name are one host to the farm. A heartbeat left by a process of
     this machine that is gone (a restart) frees the name at once; one from elsewhere is

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from farm.core.errors import ServiceError
 from farm.jobs.dispatch import queued_rounds
 from farm.store import RecordStore
+from farm.store.broker import BrokerQueues
 from farm.store.store import total_counts
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +32,14 @@ log = logging.getLogger(__name__)
 class FarmCollector:
     """A prometheus_client collector over the store, for the host `node`."""
 
-    def __init__(self, store: RecordStore, broker: Any, node: str, keys: list[str]) -> None:
+    def __init__(self, store: RecordStore, broker: BrokerQueues, node: str,
+                 keys: list[str]) -> None:
         self.store = store
-        self.broker = broker  # a Redis client of the broker (its queue lists)
+        self.broker = broker  # the broker's queue lists (read)
         self.node = node
         self.keys = keys
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         phones = GaugeMetricFamily("tunefarm_phones", "Phones on this host's tracker",
@@ -62,7 +69,7 @@ class FarmCollector:
             gauge.add_metric(["max"], memory[1])
             yield gauge
 
-    def _jobs(self) -> Iterator[Any]:
+    def _jobs(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         running = GaugeMetricFamily("tunefarm_rounds_running",
@@ -101,13 +108,13 @@ class FarmCollector:
         yield from (running, tasks, measured, failed)
 
 
-def serve(store: RecordStore, broker: Any, node: str, keys: list[str], host: str,
-          port: int) -> Any:
+def serve(store: RecordStore, broker: BrokerQueues, node: str, keys: list[str], host: str,
+          port: int) -> WSGIServer:
     """Serve /metrics on host:port in a thread of this process; returns the server."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
-    registry.register(FarmCollector(store, broker, node, keys))  # type: ignore[arg-type]
+    registry.register(FarmCollector(store, broker, node, keys))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:

@@ -16,12 +16,12 @@ when the worker process (which does hold the registry) applied the schedule.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import StatusKind
 
+from farm.core.aliases import IRModule, RuntimeModule, Target
 from farm.devices.tvmapi import build_and_export, serialize_params
 from workers.round.procs import Processes
 
@@ -32,7 +32,7 @@ def warm_build_process() -> None:
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: F401
 
 
-def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
+def build_candidate(mod: IRModule, target: Target, _params: object) -> RuntimeModule:
     """MetaSchedule's `default_build` without its `import tvm.s_tir.tensor_intrin`."""
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -44,7 +44,7 @@ def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
 @derived_object
 class WarmBuilder(PyBuilder):
     def __init__(self, max_workers: int = 1, timeout_s: float = 60.0, max_uses: int = 64,
-                 f_export: Callable[[Any], str] | None = None,
+                 f_export: Callable[[RuntimeModule], str] | None = None,
                  processes: Processes | None = None) -> None:
         """Builds `max_workers` candidates at once, on `processes` (shared with the round's
         runner: workers/round/procs.py) or on processes of its own."""

@@ -13,7 +13,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tvm import __version__ as TVM_VERSION
 from tvm.ir.utils import derived_object
@@ -25,6 +25,10 @@ from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import CULPRIT_AFTER, valid_secs
 from workers.round.runner import classify_run_error
 from workers.round.search import record_of
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.builder import BuilderResult
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ class RoundCounters:
     batches: int = 0
 
 
-def outcome(built: Any, ran: Any) -> tuple[str | None, str, list[float] | None]:
+def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, list[float] | None]:
     """(error class, error message, run seconds) of one candidate's build and run."""
     if built.error_msg:
         return "build", built.error_msg, None
@@ -94,7 +98,7 @@ class StoreCallback(PyMeasureCallback):
                         "culprit, not measured again", self.workload_key, candidate, lost)
         return lost
 
-    def _note_phones(self, builder_results: list[Any], outcomes: list[str]) -> None:
+    def _note_phones(self, builder_results: list[BuilderResult], outcomes: list[str]) -> None:
         """Which phone measured each candidate of the batch, when, and how it ended."""
         log_ = getattr(self.runner, "phone_log", None)
         if log_ is None or self.span_fields is None:

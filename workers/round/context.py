@@ -9,12 +9,20 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import IRModule
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import intrinsics
+
+if TYPE_CHECKING:  # the warm parts import TVM: each is imported when first made
+    from farm.store.broker import BrokerQueues
+    from workers.round.builder import WarmBuilder
+    from workers.round.gate import Gate
+    from workers.round.procs import Processes
+    from workers.round.runner import BoundedRPCRunner
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +34,11 @@ class WorkerContext:
     config: FarmConfig
     tracker: str
     host: str = field(default_factory=socket.gethostname)
-    _builders: dict[str, Any] = field(default_factory=dict)
-    _runners: dict[tuple[str, int], Any] = field(default_factory=dict)
-    _processes: Any = None  # workers/round/procs.py
-    _broker: Any = None  # the broker's queues (farm/store/broker.py), made on first use
-    gate: Any = None  # workers/round/gate.py's Gate: rounds at once follow the measured speeds
+    _builders: dict[str, WarmBuilder] = field(default_factory=dict)
+    _runners: dict[tuple[str, int], BoundedRPCRunner] = field(default_factory=dict)
+    _processes: Processes | None = None  # workers/round/procs.py
+    _broker: BrokerQueues | None = None  # the broker's queues, made on first use
+    gate: Gate | None = None  # workers/round/gate.py: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
 
     def search_threads(self, profile: DeviceProfile) -> int:
@@ -43,7 +51,7 @@ class WorkerContext:
             return max(1, usable_cores() // max(1, self.rounds_at_once))
         return max(1, usable_cores() * 2 // max(2, self.gate.pool))  # pool: 2 per key
 
-    def broker(self) -> Any:
+    def broker(self) -> BrokerQueues:
         """The broker's queues, read (farm/store/broker.py): one client for this process."""
         from farm.store import open_broker
 
@@ -53,14 +61,14 @@ class WorkerContext:
     def profile(self, key: str) -> DeviceProfile:
         return resolve_profile(key, self.config.profiles)
 
-    def processes(self) -> Any:
+    def processes(self) -> Processes:
         """TVM's helper processes, shared by this process's builders and runners."""
         from workers.round.procs import for_rounds
 
         self._processes = self._processes or for_rounds(self.config.builder_max_uses)
         return self._processes
 
-    def builder(self, profile: DeviceProfile) -> Any:
+    def builder(self, profile: DeviceProfile) -> WarmBuilder:
         """The warm builder of the profile's linker: candidates are shared libraries linked
         here (a phone holds TVM's runtime only), by this machine's compiler (`local`) or by
         the profile's (`cross`, e.g. the NDK's)."""
@@ -76,7 +84,7 @@ class WorkerContext:
                 f_export=functools.partial(export_shared, cc), processes=self.processes())
         return self._builders[slot]
 
-    def runner(self, profile: DeviceProfile, phones: int) -> Any:
+    def runner(self, profile: DeviceProfile, phones: int) -> BoundedRPCRunner:
         slot = (profile.key, max(1, phones))
         if slot not in self._runners:
             from workers.round.phonelog import LostPolicy
@@ -118,7 +126,7 @@ def preload() -> None:
     intrinsics.load_for("llvm")
 
 
-def _tiny_workload() -> Any:
+def _tiny_workload() -> IRModule:
     from tvm import te
 
     a = te.placeholder((8, 8), name="A")

@@ -36,9 +36,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from farm.core.cores import usable_cores
+
+if TYPE_CHECKING:
+    from farm.store import RecordStore
 
 BATCH = 16  # candidates per batch (workers/round/measure.py's BATCH)
 MAX_POOL = 6
@@ -168,7 +171,7 @@ class Gate:
         os.replace(tmp, os.path.join(self.dir, "host.json"))
 
 
-def phone_speed(store: Any, key: str, on_tracker: tuple[str, ...]) -> float | None:
+def phone_speed(store: RecordStore, key: str, on_tracker: tuple[str, ...]) -> float | None:
     """The mean measurement time (s) of the key's phones on this host's tracker (None: none
     of them has measured yet)."""
     mine = [s for s in store.phone_stats() if s.key == key and s.phone in on_tracker]

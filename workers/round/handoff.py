@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from farm.core import keys
 from farm.core.messages import RoundRequest
 from farm.jobs.dispatch import queued_rounds
 from farm.store import RecordStore
+from workers.round.context import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def idle_hosts(store: RecordStore, key: str, me: str) -> list[str]:
             and h.phones.get(key, {}).get("total", 0) > 0]
 
 
-def hand_to(ctx: Any, store: RecordStore, req: RoundRequest) -> str | None:
+def hand_to(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> str | None:
     """The idle host this round should hand the rest of its trials to, claimed; None: go on."""
     if ctx.gate is None or ctx.gate.running(req.device_key) < 2:
         return None
@@ -61,7 +61,7 @@ def hand_to(ctx: Any, store: RecordStore, req: RoundRequest) -> str | None:
     return None
 
 
-def checker(ctx: Any, store: RecordStore, req: RoundRequest) -> Callable[[], bool] | None:
+def checker(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Callable[[], bool] | None:
     """What the round's search asks before each batch after its first: True ends the round
     (its rest goes to an idle host). None: this round never hands off."""
     if ctx.gate is None or not ctx.config.round_handoff:

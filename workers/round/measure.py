@@ -12,9 +12,12 @@ import shutil
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult, TuneTask
 from farm.core.profiles import DeviceProfile
@@ -25,6 +28,9 @@ from farm.store.store import updated
 from farm.tir.module import load_mod
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
+
+if TYPE_CHECKING:
+    from workers.round.callback import RoundCounters
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
@@ -44,7 +50,7 @@ class LeaseBusy(TuneError):
         self.holder = holder
 
 
-def has_single_schedule(mod: Any, target: Any) -> bool:
+def has_single_schedule(mod: IRModule, target: Target) -> bool:
     """True when MetaSchedule's design space for `mod` is one schedule with no sampled decision
     (reshapes and the like): there is exactly one candidate to measure."""
     from tvm.s_tir import meta_schedule as ms
@@ -84,7 +90,7 @@ def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         time.sleep(1.0)
 
 
-def check_cpu(profile: DeviceProfile, target: dict[str, Any], host: str) -> None:
+def check_cpu(profile: DeviceProfile, target: JsonDict, host: str) -> None:
     """Refuse a round of a profile whose phones run on this host's CPU (`host_cpu`: emulated
     phones) when its target needs instructions this CPU lacks: every candidate would crash
     the phones, or be measured on code built for another CPU."""
@@ -114,18 +120,19 @@ class Round:
     prior: TaskState
     missing: int
     trials: int
-    on_progress: Any = None  # told each batch's counters (the app's progress and fence check)
+    # told each batch's counters (the app's progress and fence check)
+    on_progress: Callable[[RoundCounters], None] | None = None
     t0: float = field(default_factory=time.monotonic)
 
-    def result(self, **fields: Any) -> RoundResult:
-        """This round's result: its identity and wall time, with `fields`."""
+    def result(self, measured: int, valid: int) -> RoundResult:
+        """This round's result: its identity, wall time and counts (the rest: `replace`)."""
         return RoundResult(job_id=self.req.job_id, workload_key=self.req.workload_key,
                            round_index=self.req.round_index, host=self.ctx.host,
-                           wall_s=time.monotonic() - self.t0, **fields)
+                           measured=measured, valid=valid, wall_s=time.monotonic() - self.t0)
 
 
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
-              on_progress: Any = None) -> RoundResult:
+              on_progress: Callable[[RoundCounters], None] | None = None) -> RoundResult:
     """Measure up to `req.trials` new candidates of one workload on this host's phones.
 
     Raises LeaseBusy when another job holds the workload's lease (it is tuning it now)."""
@@ -153,17 +160,19 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
             log.info("round %s of %s on %s: waited for a slot while another host of %s had "
                      "no round: handing it over", req.round_index + 1, req.task_name, ctx.host,
                      req.device_key)
-            return rnd.result(measured=0, valid=0, requested=trials, handed_off=True)
+            return replace(rnd.result(measured=0, valid=0), requested=trials, handed_off=True)
         return _leased(rnd)
 
 
-def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
+def _slot(ctx: WorkerContext, store: RecordStore,
+          req: RoundRequest) -> AbstractContextManager[int | None]:
     """A slot of the host's gate (workers/round/gate.py): how many rounds run at once follows the
     phones' and the host's measured speed. No gate (a fixed --concurrency): no wait. A round
     that waits for one while another host of the key has no round hands itself over (-1)."""
     import contextlib
 
-    if ctx.gate is None:
+    gate = ctx.gate
+    if gate is None:
         return contextlib.nullcontext()
     from workers.round.gate import phone_speed, rounds_at_once
 
@@ -174,14 +183,14 @@ def _slot(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Any:
             return max(1, ctx.rounds_at_once)
         registered = info.phones if info is not None else ()
         n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
-                                len(registered), ctx.gate.host_s(),
-                                ctx.profile(req.device_key).host_cpu, ctx.gate.pool)
+                                len(registered), gate.host_s(),
+                                ctx.profile(req.device_key).host_cpu, gate.pool)
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
         return n
 
-    return ctx.gate.slot(req.device_key, open_slots, give_up=checker(ctx, store, req))
+    return gate.slot(req.device_key, open_slots, give_up=checker(ctx, store, req))
 
 
 def _leased(rnd: Round) -> RoundResult:
@@ -280,8 +289,8 @@ def _start(rnd: Round, profile: DeviceProfile) -> int:
     return phones
 
 
-def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
-               req: RoundRequest) -> Any:
+def _reference(mod: IRModule, target: Target, profile: DeviceProfile, work_dir: str,
+               req: RoundRequest) -> str | None:
     """The reference kernel candidates' outputs are checked against (None: unchecked)."""
     if not profile.check_outputs:
         return None
@@ -294,8 +303,8 @@ def _reference(mod: Any, target: Any, profile: DeviceProfile, work_dir: str,
         return None
 
 
-def _result(rnd: Round, counters: Any, counts: dict[str, int], trials: int, single: bool,
-            ranked_by: str = "") -> RoundResult:
+def _result(rnd: Round, counters: RoundCounters, counts: dict[str, int], trials: int,
+            single: bool, ranked_by: str = "") -> RoundResult:
     ctx, req, task = rnd.ctx, rnd.req, rnd.task
     skipped = counts["skipped"]
     log.info("round %s of %s on %s: %d new records (%d valid, %d seeded from relatives, %d "
@@ -303,8 +312,8 @@ def _result(rnd: Round, counters: Any, counts: dict[str, int], trials: int, sing
              req.round_index + 1, task.name, ctx.host, counters.new, counters.valid,
              counts.get("seeded", 0), skipped, counters.duplicates,
              counters.device_lost, f"{counters.best_us:.1f}" if counters.best_us else "-")
-    return rnd.result(
-        measured=counters.new, valid=counters.valid, requested=trials,
+    return replace(
+        rnd.result(measured=counters.new, valid=counters.valid), requested=trials,
         duplicates=counters.duplicates, skipped_stored=skipped, single_schedule=single,
         failures=dict(counters.failures), errors=dict(counters.errors),
         device_lost=counters.device_lost, best_us=counters.best_us,

@@ -19,17 +19,35 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import JsonDict, RPCSession, RuntimeModule
 from farm.core.errors import ServiceError
 from farm.core.secrets import runtime_dir
 from farm.devices import tracker as tracker_mod
 from farm.devices.tracker import grant, phone_address
+from farm.store import RecordStore
 from farm.store.phones import PhoneSpan
 
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.runner import RPCConfig
+
 log = logging.getLogger(__name__)
-_SESSION: dict[str, Any] = {"n": 0}  # in a pool process: the measurement in flight
 _ENDS: list[str] = []  # the folder of each phone's last end (this user's: runtime_dir)
+
+
+@dataclass
+class _Session:
+    """The measurement in flight in this pool process. Process state, not an object passed
+    along: TVM's runner calls the three hooks one after another with nothing of the farm's
+    between them (each pool process measures one candidate at a time)."""
+
+    n: int = 0  # sessions this process opened
+    sid: str | None = None  # the session's id: pid-n
+    phone: str = ""  # the phone's address, as the tracker granted it
+
+
+_SESSION = _Session()
 
 
 def _ends_dir() -> str:
@@ -38,13 +56,13 @@ def _ends_dir() -> str:
     return _ENDS[0]
 
 
-def _write(path: str, entry: dict[str, Any]) -> None:
+def _write(path: str, entry: JsonDict) -> None:
     with open(path, "a", encoding="utf-8") as f:  # one short append: atomic between processes
         f.write(json.dumps(entry) + "\n")
 
 
-def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: Any,
-                   ticket: str = "") -> Any:
+def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: RPCConfig,
+                   ticket: str = "") -> RPCSession:
     """f_create_session: a session on a phone of the key that is not set aside. The phone is
     noted as soon as the tracker grants it, before connecting: a frozen phone hangs the
     connection, and the pool kills this process at its deadline. A phone set aside is not
@@ -67,9 +85,9 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: A
                 break
     finally:
         settle(ticket)
-    _SESSION["n"] += 1
-    _SESSION["sid"] = sid = f"{os.getpid()}-{_SESSION['n']}"
-    _SESSION["phone"] = phone
+    _SESSION.n += 1
+    _SESSION.sid = sid = f"{os.getpid()}-{_SESSION.n}"
+    _SESSION.phone = phone
     _write(log_path, {"sid": sid, "phone": phone, "start": time.time()})
     session = client.connect(url, port, matchkey, int(rpc_config.session_timeout_sec))
     if cooldown_s > 0:
@@ -102,22 +120,24 @@ def _last_end(phone: str) -> float:
         return 0.0
 
 
-def upload_module(log_path: str, session: Any, local_path: str, remote_path: str) -> Any:
+def upload_module(log_path: str, session: RPCSession, local_path: str,
+                  remote_path: str) -> RuntimeModule:
     """f_upload_module: note which candidate the session measures (its artifact)."""
     from tvm.s_tir.meta_schedule.runner.rpc_runner import default_upload_module
 
-    _write(log_path, {"sid": _SESSION.get("sid"), "artifact": local_path})
+    _write(log_path, {"sid": _SESSION.sid, "artifact": local_path})
     return default_upload_module(session, local_path, remote_path)
 
 
-def cleanup(log_path: str, session: Any, remote_path: str | None) -> None:
+def cleanup(log_path: str, session: RPCSession, remote_path: str | None) -> None:
     """f_cleanup: TVM's clean-up, then note the session's end."""
     from tvm.s_tir.meta_schedule.runner.rpc_runner import default_cleanup
 
     try:
         default_cleanup(session, remote_path)
     finally:
-        sid, phone = _SESSION.pop("sid", None), _SESSION.pop("phone", "")
+        sid, phone = _SESSION.sid, _SESSION.phone
+        _SESSION.sid, _SESSION.phone = None, ""
         if sid is not None:
             now = time.time()
             _write(log_path, {"sid": sid, "end": now})
@@ -149,7 +169,7 @@ class PhoneLog:
         self.key = key
         self.policy = policy or LostPolicy()
 
-    def commit(self, store: Any, spans: list[PhoneSpan]) -> None:
+    def commit(self, store: RecordStore, spans: list[PhoneSpan]) -> None:
         """Store a batch's spans; a phone lost too often is set aside (and said so)."""
         store.note_phone_spans(spans)
         for sp in spans:
@@ -162,7 +182,7 @@ class PhoneLog:
                             "%.0f s", sp.phone, sp.key, p.limit, p.window_s, p.aside_s)
         self.refresh(store)
 
-    def refresh(self, store: Any) -> dict[str, float]:
+    def refresh(self, store: RecordStore) -> dict[str, float]:
         """Write the phones of the key set aside now, for the next sessions. When every phone
         of the key on the tracker is set aside, none is: measuring on a flaky phone beats
         measuring on none."""
@@ -184,7 +204,7 @@ class PhoneLog:
         os.replace(tmp, self.path + ".aside")
         return aside
 
-    def _read(self) -> dict[str, dict[str, Any]]:
+    def _read(self) -> dict[str, JsonDict]:
         """Session id -> what its lines say (phone, start, artifact, end)."""
         try:
             with open(self.path, "rb") as f:
@@ -192,7 +212,7 @@ class PhoneLog:
         except FileNotFoundError:
             return {}
         complete = data[:data.rfind(b"\n") + 1]  # a line being written is not whole yet
-        sessions: dict[str, dict[str, Any]] = {}
+        sessions: dict[str, JsonDict] = {}
         for line in complete.decode("utf-8", "replace").splitlines():
             try:
                 entry = json.loads(line)

@@ -19,9 +19,12 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TypeVar
 
 from tvm.support.popen_pool import MapResult, PopenWorker, StatusKind
+
+T = TypeVar("T")
+Hook = Callable[[], object] | None  # run before or after a call, outside its deadline
 
 
 class Processes:
@@ -45,8 +48,8 @@ class Processes:
         with self._lock:
             self._idle.append(worker)
 
-    def call(self, fn: Callable, args: tuple, kwargs: dict | None,
-             timeout_s: float | None) -> Any:
+    def call(self, fn: Callable[..., T], args: tuple[object, ...],
+             kwargs: dict[str, object] | None, timeout_s: float | None) -> T:
         """fn(*args, **kwargs) in an idle process; raises TimeoutError after `timeout_s`
         (that process is killed) and what fn raised."""
         worker = self._take()
@@ -88,12 +91,12 @@ class Executor:
     def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:
         self.processes = processes
         self.timeout_s = timeout_s
-        self.before: Callable[[], object] | None = None
-        self.after: Callable[[], object] | None = None
+        self.before: Hook = None
+        self.after: Hook = None
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
 
-    def _call(self, hooks: tuple[Callable[[], object] | None, Callable[[], object] | None],
-              fn: Callable, args: tuple, kwargs: dict | None) -> Any:
+    def _call(self, hooks: tuple[Hook, Hook], fn: Callable[..., T], args: tuple[object, ...],
+              kwargs: dict[str, object] | None) -> T:
         before, after = hooks
         try:
             if before is not None:
@@ -103,7 +106,8 @@ class Executor:
             if after is not None:
                 after()
 
-    def _caught(self, hooks: tuple[Any, Any], fn: Callable, arg: Any) -> MapResult:
+    def _caught(self, hooks: tuple[Hook, Hook], fn: Callable[..., object],
+                arg: object) -> MapResult:
         try:
             return MapResult(status=StatusKind.COMPLETE, value=self._call(hooks, fn, (arg,), None))
         except TimeoutError as e:
@@ -111,11 +115,13 @@ class Executor:
         except Exception as e:  # noqa: BLE001 - returned to the caller, as TVM's pool does
             return MapResult(status=StatusKind.EXCEPTION, value=e)
 
-    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., T], *args: object,
+               **kwargs: object) -> concurrent.futures.Future[T]:
         hooks = (self.before, self.after)  # as they are now
         return self._threads.submit(self._call, hooks, fn, args, kwargs)
 
-    def map_with_error_catching(self, fn: Callable, items: Iterable[Any]) -> Iterator[MapResult]:
+    def map_with_error_catching(self, fn: Callable[..., object],
+                                items: Iterable[object]) -> Iterator[MapResult]:
         hooks = (self.before, self.after)
         return self._threads.map(lambda x: self._caught(hooks, fn, x), items)
 

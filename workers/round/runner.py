@@ -23,7 +23,7 @@ import functools
 import os
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
@@ -33,8 +33,11 @@ from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator
 from farm.devices.tracker import parse_addr
 from workers.round import phonelog
 from workers.round.phonelog import LostPolicy, PhoneLog
-from workers.round.procs import Processes
+from workers.round.procs import Executor, Processes
 from workers.round.turns import Turns
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.runner import RunnerFuture, RunnerInput
 
 
 @derived_object
@@ -55,7 +58,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.pool.shutdown()  # measures on `processes` (the builder's too: workers/round/procs.py)
         # older batches of the key on this host first (workers/round/turns.py)
         self.turns = Turns(tracker, profile.key, stale_s=2 * run_timeout_s + 10)
-        self.pool: Any = processes.view(max_workers, run_timeout_s)
+        self.pool: Executor = processes.view(max_workers, run_timeout_s)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")
         os.close(fd)
         atexit.register(_remove, path)
@@ -80,7 +83,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         """The reference kernel of the workload being tuned (None: no output check)."""
         self.reference = path
 
-    def run(self, runner_inputs: list[Any]) -> list[Any]:
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
         self.f_run_evaluator = (functools.partial(checked_run_evaluator, self.reference)
                                 if self.reference else None)
         self.started = time.monotonic()

@@ -33,13 +33,23 @@ after a phone of the farm has timed it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
+from farm.core.aliases import (
+    JsonList,
+    MeasureCandidate,
+    Schedule,
+    Target,
+    TuneContext,
+    TVMDatabase,
+)
+from farm.core.config import FarmConfig
+from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.store import FAILED_RUN_SECS
@@ -50,12 +60,18 @@ MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the s
 VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
 
 
-def record_of(cand: Any, workload: Workload, target: Any,
-              run_secs: list[float] | None = None) -> list[Any]:
+def record_of(cand: MeasureCandidate, workload: Workload, target: Target,
+              run_secs: list[float] | None = None) -> JsonList:
     """The TuningRecord JSON of a measure candidate (what the store keeps and hashes)."""
     return TuningRecord(cand.sch.trace, workload, run_secs or [FAILED_RUN_SECS], target,
                         cand.args_info).as_json()
 
+
+# a batch of the search: its candidates, those stored (index -> record), its twins (index -> the
+# earlier index) and the indices measured
+Batch = tuple[list[MeasureCandidate], dict[int, StoredRecord], dict[int, int], list[int]]
+# the first candidates of a new workload, made from the round's TuneContext (transfer.py)
+Seeds = Callable[[TuneContext], list[MeasureCandidate]]
 
 UNMEASURED = RunnerResult(run_secs=None, error_msg="not measured: the round had its trials")
 
@@ -66,7 +82,7 @@ def stored_result(rec: StoredRecord) -> RunnerResult:
     return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
 
 
-def to_verify(store: RecordStore, wk: str) -> list[Any]:
+def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
     """The stored records of `wk` a round measures first: valid records the farm does not
     trust (imported, or measured with another TVM) that claim to beat the best verified one,
     the best claims first (at most VERIFY_TOP)."""
@@ -79,7 +95,7 @@ def to_verify(store: RecordStore, wk: str) -> list[Any]:
     return claims[:VERIFY_TOP]
 
 
-def baseline_candidate(workload: Workload) -> Any:
+def baseline_candidate(workload: Workload) -> MeasureCandidate:
     """The workload's function as it is, unscheduled: TVM's default schedule. Its trace only
     gets the root block (TVM's JSONDatabase ignores a record whose trace is empty)."""
     from tvm.s_tir import Schedule
@@ -91,7 +107,7 @@ def baseline_candidate(workload: Workload) -> Any:
     return MeasureCandidate(sch, ArgInfo.from_prim_func(workload.mod["main"]))
 
 
-def evolutionary(population: int = 512) -> Any:
+def evolutionary(population: int = 512) -> SearchStrategy:
     """MetaSchedule's evolutionary search keeping `population` schedules per batch (the
     `search_population` setting; MetaSchedule's own default is 512)."""
     return SearchStrategy.create("evolutionary", population_size=population,
@@ -100,11 +116,12 @@ def evolutionary(population: int = 512) -> Any:
 
 @derived_object
 class StoreAwareSearch(PySearchStrategy):
-    def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target: Any,
-                 inner: Any = None, counts: dict[str, int] | None = None,
-                 cold: bool = False, verify: list[StoredRecord] | None = None,
-                 tvm_version: str = "", stop: Any = None, want: int = 0,
-                 seed: Any = None, baseline: bool = False) -> None:
+    def __init__(self, store: RecordStore, workload_key: str, workload: Workload,
+                 target: Target, inner: SearchStrategy | None = None,
+                 counts: dict[str, int] | None = None, cold: bool = False,
+                 verify: list[StoredRecord] | None = None, tvm_version: str = "",
+                 stop: Callable[[], bool] | None = None, want: int = 0,
+                 seed: Seeds | None = None, baseline: bool = False) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key
@@ -119,7 +136,7 @@ class StoreAwareSearch(PySearchStrategy):
         self.want = want
         # asked before every batch after the first: True ends the round there (workers/round/handoff.py)
         self.stop = stop
-        self._batch: tuple[list[Any], dict[int, StoredRecord], dict[int, int], list[int]] | None = None
+        self._batch: Batch | None = None
         self.cold = cold
         # the random first batch of a cold workload; dropped once its results are in
         self.first = SearchStrategy.create("replay-trace") if cold else None
@@ -131,19 +148,20 @@ class StoreAwareSearch(PySearchStrategy):
         self._own_batch = False  # the batch is verify records or seeds: not the search's
         # a function of the TuneContext making the first candidates (workers/round/transfer.py)
         self.seed = seed
-        self.context: Any = None
+        self.context: TuneContext | None = None
         # TVM's default schedule still to measure with the first batch (once per workload)
         self.baseline = baseline
         self._lead = 0  # candidates ahead of the search's in the batch (the default schedule)
 
-    def _initialize_with_tune_context(self, context: Any) -> None:
+    def _initialize_with_tune_context(self, context: TuneContext) -> None:
         self.context = context
         self.inner._initialize_with_tune_context(context)
         if self.first is not None:
             self.first._initialize_with_tune_context(context)
 
-    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
-                   database: Any = None, cost_model: Any = None) -> None:
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int,
+                   design_spaces: list[Schedule], database: TVMDatabase | None = None,
+                   cost_model: object = None) -> None:
         self.verify = self.verify[:max(0, min(max_trials, num_trials_per_iter))]
         max_trials -= len(self.verify)  # the verify batch is part of the round's trials
         rest = max_trials
@@ -167,7 +185,7 @@ class StoreAwareSearch(PySearchStrategy):
             self.first.post_tuning()
             self.first = None
 
-    def _propose(self) -> Any:
+    def _propose(self) -> list[MeasureCandidate] | None:
         if self.first is not None:
             cands = self.first.generate_measure_candidates()
             if cands is not None:
@@ -177,14 +195,15 @@ class StoreAwareSearch(PySearchStrategy):
         self._from_first = False
         return self.inner.generate_measure_candidates() if self._inner_active else None
 
-    def _tell(self, cands: list[Any], results: list[Any]) -> None:
+    def _tell(self, cands: list[MeasureCandidate], results: list[RunnerResult]) -> None:
         if self._from_first and self.first is not None:
             self.first.notify_runner_results(cands, results)
             self._end_first()
         else:
             self.inner.notify_runner_results(cands, results)
 
-    def _sort(self, cands: list[Any]) -> tuple[dict[int, StoredRecord], dict[int, int]]:
+    def _sort(self, cands: list[MeasureCandidate]) -> tuple[dict[int, StoredRecord],
+                                                             dict[int, int]]:
         """The batch's stored candidates (index -> record), and its twins: a candidate the
         same batch proposed earlier (index -> the earlier index). A random batch of a small
         design space often holds the same schedule twice; it is measured once. A stored
@@ -203,9 +222,9 @@ class StoreAwareSearch(PySearchStrategy):
                 known[i] = rec
         return known, twins
 
-    def _seed_batch(self, left: int) -> list[Any]:
+    def _seed_batch(self, make: Seeds, left: int) -> list[MeasureCandidate]:
         """The seeds (once): those the store does not hold, each once, at most `left`."""
-        make, self.seed = self.seed, None
+        self.seed = None
         out, seen = [], set()
         try:
             made = make(self.context)
@@ -219,7 +238,7 @@ class StoreAwareSearch(PySearchStrategy):
                 out.append(cand)
         return out[:left]
 
-    def _verify_batch(self) -> list[Any]:
+    def _verify_batch(self) -> list[MeasureCandidate]:
         """The untrusted records to measure first, as measure candidates."""
         out = []
         for rec in self.verify:
@@ -232,7 +251,7 @@ class StoreAwareSearch(PySearchStrategy):
         self.verify = []
         return out
 
-    def generate_measure_candidates(self) -> list[Any] | None:
+    def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
         if self.verify:
             cands = self._verify_batch()
             if cands:
@@ -244,7 +263,7 @@ class StoreAwareSearch(PySearchStrategy):
         left = self.want - self.counts["fresh"] if self.want else 1
         if left <= 0:
             return None  # the round measured what it was asked for
-        seeded = self._seed_batch(left) if self.seed is not None else []
+        seeded = self._seed_batch(self.seed, left) if self.seed is not None else []
         if seeded:
             self.counts["fresh"] += len(seeded)
             self.counts["seeded"] = len(seeded)
@@ -257,10 +276,10 @@ class StoreAwareSearch(PySearchStrategy):
             self.counts["handed_off"] = 1
             return None
         for _ in range(MAX_KNOWN_BATCHES):
-            cands = self._propose()
-            if cands is None:
+            proposed = self._propose()
+            if proposed is None:
                 return None
-            cands = list(cands)
+            cands = list(proposed)
             known, twins = self._sort(cands)
             self.counts["skipped"] += len(known) + len(twins)
             fresh = [i for i in range(len(cands)) if i not in known and i not in twins]
@@ -278,7 +297,7 @@ class StoreAwareSearch(PySearchStrategy):
                  "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
         return None
 
-    def _baseline(self) -> list[Any]:
+    def _baseline(self) -> list[MeasureCandidate]:
         """TVM's default schedule, once, unless the store has measured it already."""
         if not self.baseline:
             return []
@@ -293,7 +312,8 @@ class StoreAwareSearch(PySearchStrategy):
             return []
         return [cand]
 
-    def notify_runner_results(self, measure_candidates: list[Any], results: list[Any]) -> None:
+    def notify_runner_results(self, measure_candidates: list[MeasureCandidate],
+                              results: list[RunnerResult]) -> None:
         assert self._batch is not None, "notify_runner_results without a batch"
         cands, known, twins, fresh = self._batch
         self._batch = None
@@ -308,16 +328,16 @@ class StoreAwareSearch(PySearchStrategy):
             full.append(stored_result(known[j]) if j in known else measured.get(j, UNMEASURED))
         self._tell(cands, full)
 
-    def clone(self) -> Any:
+    def clone(self) -> StoreAwareSearch:
         return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
                                 self.inner.clone(), self.counts, self.cold, self.verify,
                                 self.tvm_version, self.stop, self.want, self.seed,
                                 self.baseline)
 
 
-def round_search(store: RecordStore, task: Any, workload: Workload, target: Any, trials: int,
-                 single: bool, learned: int, ranked_by: str, config: Any,
-                 stop: Any = None) -> StoreAwareSearch:
+def round_search(store: RecordStore, task: TuneTask, workload: Workload, target: Target,
+                 trials: int, single: bool, learned: int, ranked_by: str, config: FarmConfig,
+                 stop: Callable[[], bool] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
     (workers/round/transfer.py), imported records verified first; on a CPU, TVM's default schedule

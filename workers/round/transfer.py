@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-from typing import Any
+from collections.abc import Callable
 
+from farm.core.aliases import IRModule, MeasureCandidate, Schedule, Trace, TuneContext, TVMObject
 from farm.core.messages import TuneTask
 from farm.store import RecordStore
 from farm.store.learned import model_key
@@ -79,16 +80,20 @@ def fit_tiles(factors: list[int], extent: int) -> list[int]:
     return out
 
 
-def sampled(trace: Any) -> dict[str, list[Any]]:
+Decisions = dict[str, list[TVMObject]]  # instruction kind -> its sampling decisions, in order
+
+
+def sampled(trace: Trace) -> Decisions:
     """A trace's sampling decisions, per instruction kind, in order."""
-    out: dict[str, list[Any]] = {}
+    out: Decisions = {}
     for inst in trace.insts:
         if inst.kind.name.startswith("Sample") and inst in trace.decisions:
             out.setdefault(inst.kind.name, []).append(trace.decisions[inst])
     return out
 
 
-def replay(decisions: dict[str, list[Any]], space: Any, mod: Any, postprocs: list[Any]) -> Any:
+def replay(decisions: Decisions, space: Schedule, mod: IRModule,
+           postprocs: list[TVMObject]) -> MeasureCandidate | None:
     """A measure candidate of `mod`: one of its design spaces sampled with a relative's
     decisions (its tiles fitted to the extents here), or None where they do not fit (another
     number of tiled loops, a tiling of other depth, a compute location that is not here).
@@ -108,7 +113,8 @@ def replay(decisions: dict[str, list[Any]], space: Any, mod: Any, postprocs: lis
            if k in (tiles, "SampleCategorical") and mine.get(k) == len(v)}
     sch = Schedule(mod)
 
-    def provide(inst: Any, inputs: list[Any], _attrs: Any, decision: Any) -> Any:
+    def provide(inst: TVMObject, inputs: list[TVMObject], _attrs: object,
+                decision: TVMObject) -> TVMObject:
         queue = use.get(inst.kind.name)
         if not queue:
             return decision
@@ -126,7 +132,8 @@ def replay(decisions: dict[str, list[Any]], space: Any, mod: Any, postprocs: lis
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
-def seeds(store: RecordStore, task: TuneTask, limit: int) -> Any:
+def seeds(store: RecordStore, task: TuneTask,
+          limit: int) -> Callable[[TuneContext], list[MeasureCandidate]] | None:
     """Up to `limit` candidates from the relatives' best schedules, as a function of the
     round's TuneContext (the search calls it once it has one: the postprocessors come from
     it); None for `limit` 0."""
@@ -137,10 +144,10 @@ def seeds(store: RecordStore, task: TuneTask, limit: int) -> Any:
     if limit <= 0:
         return None
 
-    def make(context: Any) -> list[Any]:
+    def make(context: TuneContext) -> list[MeasureCandidate]:
         spaces = list(context.space_generator.generate_design_space(context.mod))
         postprocs = list(context.space_generator.postprocs)
-        per_relative: list[list[Any]] = []
+        per_relative: list[list[MeasureCandidate]] = []
         for other in relatives(store, task):
             best = store.best(other.workload_key)
             if best is None:

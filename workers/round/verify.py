@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
 
+from farm.core.aliases import JsonDict, MeasureCandidate
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError
+from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
-from farm.store import RecordStore
+from farm.store import RecordStore, StoredRecord
 from farm.tir.module import load_mod
 from workers.round.context import WorkerContext
 from workers.round.database import tuning_record
@@ -27,7 +28,7 @@ DRIFT_WARN = 0.2  # a best that measures 20 % away from its stored time is flagg
 
 
 def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, config: FarmConfig,
-                 workload_keys: list[str] | None = None) -> list[dict[str, Any]]:
+                 workload_keys: list[str] | None = None) -> list[JsonDict]:
     """One row per workload of the profile's key with a best record: stored us, measured us,
     drift (measured / stored - 1), or the error that kept it from running."""
     import tvm
@@ -40,7 +41,8 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
         raise ServiceError(f"no phone of key {profile.key} on this tracker",
                            subject=f"tracker {tracker}",
                            hint="start the phones' RPC apps (or `farm phones`) with this key")
-    picked: list[tuple[str, Any, Any, Any, str]] = []
+    rows: dict[str, JsonDict] = {}  # workload key -> its row
+    runnable: list[tuple[str, MeasureCandidate]] = []
     for wk in workload_keys or store.workload_keys():
         task = store.get_workload(wk)
         if task is None:
@@ -53,30 +55,29 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
         try:
             cand = tuning_record(best, workload).as_measure_candidate()
         except Exception as e:  # noqa: BLE001 - reported in its row
-            picked.append((wk, task, best, None, f"unreadable: {e}"))
+            rows[wk] = _row(wk, task, best, f"unreadable: {e}")
             continue
-        picked.append((wk, task, best, cand, ""))
+        rows[wk] = _row(wk, task, best, "")
+        runnable.append((wk, cand))
     ctx = WorkerContext(config=config, tracker=tracker, host=socket.gethostname())
-    runnable = [p for p in picked if p[3] is not None]
-    rows = {p[0]: _row(p[0], p[1], p[2], p[4]) for p in picked}
     if runnable:
         target = tvm.target.Target(profile.target_json())
-        built = ctx.builder(profile).build([BuilderInput(p[3].sch.mod, target)
-                                            for p in runnable])
+        built = ctx.builder(profile).build([BuilderInput(cand.sch.mod, target)
+                                            for _, cand in runnable])
         to_run = [(p, b) for p, b in zip(runnable, built, strict=True)]
-        for p, b in to_run:
+        for (wk, _), b in to_run:
             if b.error_msg:
-                rows[p[0]]["error"] = f"build: {b.error_msg.strip().splitlines()[-1][:200]}"
+                rows[wk]["error"] = f"build: {b.error_msg.strip().splitlines()[-1][:200]}"
         ok = [(p, b) for p, b in to_run if not b.error_msg]
         runner = ctx.runner(profile, phones.total)
         runner.set_reference(None)
         # the device the phone runs it on: "cpu" for an LLVM target, else the kind (opencl...)
         device = "cpu" if target.kind.name == "llvm" else target.kind.name
-        futures = runner.run([RunnerInput(b.artifact_path, device, p[3].args_info)
-                              for p, b in ok])
-        for (p, _), fut in zip(ok, futures, strict=True):
+        futures = runner.run([RunnerInput(b.artifact_path, device, cand.args_info)
+                              for (_, cand), b in ok])
+        for ((wk, _), _), fut in zip(ok, futures, strict=True):
             res = fut.result()
-            row = rows[p[0]]
+            row = rows[wk]
             if res.error_msg:
                 row["error"] = (f"{classify_run_error(res.error_msg)}: "
                                 f"{res.error_msg.strip().splitlines()[-1][:200]}")
@@ -88,8 +89,9 @@ def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, confi
     return list(rows.values())
 
 
-def _row(wk: str, task: Any, best: Any, error: str) -> dict[str, Any]:
+def _row(wk: str, task: TuneTask, best: StoredRecord, error: str) -> JsonDict:
+    stored_us = round(best.run_us, 3) if best.run_us is not None else None  # a best is valid
     return {"workload_key": wk, "name": task.name, "candidate": best.candidate,
-            "stored_us": round(best.run_us, 3), "stored_by": best.job_id or best.source,
+            "stored_us": stored_us, "stored_by": best.job_id or best.source,
             "host": best.host, "measured_us": None, "drift": None, "flagged": False,
             "error": error}
