@@ -74,6 +74,11 @@ class FarmConfig:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)
+    # whole records a workload keeps in Redis (its fastest); every other one is in the
+    # archive, a folder or fsspec URL (default: home/archive), kept this many days (0: always)
+    hot_records: int = 32
+    archive: str = ""
+    archive_retention_days: float = 0.0
     profiles: dict[str, JsonDict] = field(default_factory=dict)
     config_file: Path | None = None  # the farm.toml read (a child process reads it too)
 
@@ -89,6 +94,11 @@ class FarmConfig:
         return self.arm64_root if self.arm64_root is not None else self.home / "arm64-sim"
 
     @property
+    def archive_url(self) -> str:
+        """Where whole records that left Redis are kept (farm/store/cold.py)."""
+        return self.archive or str(self.home / "archive")
+
+    @property
     def store_url(self) -> str | None:
         return self.redis_url or self.broker_url
 
@@ -101,7 +111,7 @@ class FarmConfig:
                               hint=_fix(where, name))
 
         for name in ("phones", "round_trials", "builder_workers", "builder_max_uses",
-                     "host_ttl_s", "search_population", "phone_lost_limit"):
+                     "host_ttl_s", "search_population", "phone_lost_limit", "hot_records"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.worker_concurrency < 0:
@@ -116,10 +126,10 @@ class FarmConfig:
             raise bad("round_handoff", "must be 1 (hand off) or 0 (never)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
                      "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
-                     "phone_aside_s"):
+                     "phone_aside_s", "archive_retention_days"):
             if not math.isfinite(getattr(self, name)):
                 raise bad(name, "must be a finite number of seconds")
-        for name in ("phone_delay_s", "phone_aside_s"):
+        for name in ("phone_delay_s", "phone_aside_s", "archive_retention_days"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
@@ -239,6 +249,9 @@ _ENV = {
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",
+    "hot_records": "FARM_HOT_RECORDS",
+    "archive": "FARM_ARCHIVE",
+    "archive_retention_days": "FARM_ARCHIVE_RETENTION_DAYS",
 }
 
 

@@ -48,6 +48,8 @@ class Supervisor(threading.Thread):
         self.grace_s = grace_s
         self.stopping = threading.Event()
         self.leading = False
+        self.retention_days = 0.0  # archive days kept (0: always); the worker sets its config's
+        self.pruned_at = 0.0
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval_s):
@@ -59,8 +61,26 @@ class Supervisor(threading.Thread):
                     self.leading = leading
                 if leading:
                     self.sweep()
+                    self.keep_archive()
             except Exception as e:  # noqa: BLE001 - the store restarting: try next sweep
                 log.warning("supervisor %s: sweep failed (will retry): %s", self.node, e)
+
+    def keep_archive(self, now: float | None = None) -> int:
+        """The leader moves the store's spool into the archive (records that left Redis),
+        and once an hour deletes archive days past the retention. Returns records moved."""
+        from farm.store.cold import drain
+
+        archive = self.store.archive
+        if archive is None:
+            return 0
+        moved = drain(self.store, archive, owner=self.node)
+        now = time.time() if now is None else now
+        if self.retention_days > 0 and now - self.pruned_at >= 3600:
+            self.pruned_at = now
+            for folder in archive.prune(self.retention_days, now):
+                log.info("supervisor %s: archive %s deleted (older than %g days)", self.node,
+                         folder, self.retention_days)
+        return moved
 
     def stop(self) -> None:
         self.stopping.set()
@@ -82,29 +102,27 @@ class Supervisor(threading.Thread):
             if job.device_key not in queued:
                 queued[job.device_key] = queued_round_ids(self.broker, job.device_key)
             states = self.store.task_states(job_id)
-            for wk, st in states.items():
-                req = self._lost_round(st, queued[job.device_key])
-                if req is not None:
-                    sent.append(self._send_again(job, wk, st, req))
+            for wk, st, req in self._lost_rounds(states, queued[job.device_key]):
+                sent.append(self._send_again(job, wk, st, req))
             if job.trials_budget and not any(s.outstanding for s in states.values()):
                 from farm.jobs.advance import plan_next_round
 
                 plan_next_round(self.app, self.store, job)
         return sent
 
-    def _lost_round(self, st: TaskState, queued: set[str]) -> RoundRequest | None:
-        """The task's outstanding round when no copy of it is live, else None."""
-        if not st.outstanding or not st.round:
-            return None
-        if time.time() - st.updated_at < self.grace_s:
-            return None  # moved lately: in transit, starting, or a retry counting down
-        req = RoundRequest.from_json(st.round)
-        holder = self.store.round_holder(req.logical_id)
-        if holder is not None and not holder_is_dead(holder):
-            return None  # a copy runs (its lease is renewed while its process lives)
-        if req.logical_id in queued:
-            return None  # waiting in the broker behind other rounds
-        return req
+    def _lost_rounds(self, states: dict[str, TaskState],
+                     queued: set[str]) -> list[tuple[str, TaskState, RoundRequest]]:
+        """The tasks' outstanding rounds of which no copy is live (their leases read in one
+        round trip)."""
+        now = time.time()
+        # moved lately: in transit, starting, or a retry counting down
+        due = [(wk, st, RoundRequest.from_json(st.round)) for wk, st in states.items()
+               if st.outstanding and st.round and now - st.updated_at >= self.grace_s]
+        holders = self.store.round_holders([req.logical_id for _, _, req in due])
+        return [(wk, st, req) for (wk, st, req), holder in zip(due, holders, strict=True)
+                # a copy runs (its lease is renewed while its process lives), or it waits
+                # in the broker behind other rounds
+                if (holder is None or holder_is_dead(holder)) and req.logical_id not in queued]
 
     def _send_again(self, job: JobSpec, wk: str, st: TaskState, req: RoundRequest) -> str:
         again = req.again()

@@ -12,7 +12,7 @@ from farm.core.config import FarmConfig
 from farm.core.profiles import resolve_profile
 from farm.jobs.dispatch import make_app
 from farm.pipeline.preflight import check_embedded, wait_for_devices
-from farm.store import RecordStore, open_store
+from farm.store import RecordStore, configured_store
 
 
 @dataclass
@@ -32,7 +32,7 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
             require_devices: bool = True) -> Iterator[Farm]:
     """The farm to submit to: the lab farm at config.broker_url, or an embedded one."""
     if config.broker_url:
-        store = open_store(config.store_url)
+        store = configured_store(config)
         store.ping()
         if require_devices:
             wait_for_devices(store, config.device_key, wait_s)
@@ -47,7 +47,7 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
     with embedded_farm(config, threads=profile.threads, arch=profile.emulate,
                        wait=False) as farm:
         cfg = replace(config, broker_url=farm.broker_url)
-        store = open_store(farm.broker_url)
+        store = configured_store(cfg)
         store.ping()
         try:
             yield Farm(store=store, app=make_app(cfg), tracker=farm.tracker,

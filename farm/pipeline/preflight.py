@@ -17,7 +17,7 @@ from farm.core.profiles import DeviceProfile, canonical_target, known_keys, reso
 from farm.pipeline import ingest as ingest_stage
 from farm.pipeline.archive import check_model
 from farm.pipeline.options import SubmitOptions
-from farm.store import RecordStore, open_store
+from farm.store import RecordStore, configured_store
 
 
 def check_options(opts: SubmitOptions) -> None:
@@ -134,7 +134,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
         return
     if opts.tracker:
         check_tracker(opts.tracker, profile.key, opts.wait_for_devices_s)
-    store = open_store(config.store_url)
+    store = configured_store(config)
     try:
         store.ping()
         if opts.wait_for_devices_s == 0:

@@ -3,6 +3,7 @@
 
 from redis import RedisError as StoreUnavailable
 
+from farm.core.config import FarmConfig
 from farm.store.broker import BrokerQueues
 from farm.store.store import (
     HOT_RECORDS,
@@ -14,7 +15,7 @@ from farm.store.store import (
 )
 
 __all__ = ["RecordStore", "StoreUnavailable", "StoredRecord", "TaskState", "candidate_hash",
-           "is_better", "open_broker", "open_store"]
+           "configured_store", "is_better", "open_broker", "open_store"]
 
 
 def open_store(url: str | None, hot_records: int = HOT_RECORDS,
@@ -32,6 +33,12 @@ def open_store(url: str | None, hot_records: int = HOT_RECORDS,
     from farm.store.redis_store import RedisStore
 
     return RedisStore(url, hot_records, cold)
+
+
+def configured_store(config: FarmConfig, url: str | None = None) -> RecordStore:
+    """The store as every process of the farm opens it: at `url` (default: the config's),
+    with the config's hot records and archive."""
+    return open_store(url or config.store_url, config.hot_records, config.archive_url)
 
 
 def open_broker(url: str) -> BrokerQueues:

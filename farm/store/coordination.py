@@ -46,6 +46,10 @@ class Coordination(ABC):
     def round_holder(self, logical_id: str) -> str | None:
         """Who runs the round now (its lease), or None."""
 
+    def round_holders(self, logical_ids: list[str]) -> list[str | None]:
+        """`round_holder` of each (one round trip where the store can: the sweep's)."""
+        return [self.round_holder(i) for i in logical_ids]
+
     @abstractmethod
     def finish_round(self, logical_id: str, owner: str) -> bool:
         """The round ran to its end: no later copy of it runs. Only `owner` holding its lease

@@ -193,6 +193,9 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
     def round_holder(self, logical_id: str) -> str | None:
         return self.r.get(keys.round_lease(logical_id))
 
+    def round_holders(self, logical_ids: list[str]) -> list[str | None]:
+        return list(self.r.mget([keys.round_lease(i) for i in logical_ids])) if logical_ids else []
+
     def finish_round(self, logical_id: str, owner: str) -> bool:
         self.r  # noqa: B018 - make sure the scripts are registered
         return bool(self._finish(keys=[keys.round_lease(logical_id), keys.round_done(logical_id)],

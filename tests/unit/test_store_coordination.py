@@ -87,3 +87,10 @@ def test_active_jobs_and_one_supervisor_leads(store):
     assert store.lead("w1", ttl_s=30)
     assert store.lead("w1", ttl_s=30)
     assert not store.lead("w2", ttl_s=30)
+
+
+def test_round_holders_reads_each_lease_in_order(store):
+    assert store.acquire_round("r1", "a|m|1", 60) is None
+    assert store.acquire_round("r3", "c|m|3", 60) is None
+    assert store.round_holders(["r1", "r2", "r3"]) == ["a|m|1", None, "c|m|3"]
+    assert store.round_holders([]) == []

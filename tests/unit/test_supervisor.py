@@ -146,3 +146,24 @@ def test_a_copy_that_lost_its_fence_cannot_mark_the_round_done():
     assert not store.round_is_done(req("f").logical_id)
     assert taker.exit(done=True) is True
     assert store.round_is_done(req("f").logical_id)
+
+
+def test_the_leader_moves_the_spool_to_the_archive_and_keeps_its_retention(tmp_path):
+    from farm.core.messages import TuneTask
+    from farm.store import StoredRecord
+    from farm.store.cold import all_records
+
+    store = open_store("memory://", hot_records=2, archive=str(tmp_path / "archive"))
+    store.put_workload(TuneTask(name="t", workload_key="w", weight=1, mod_json="{}", target={},
+                                device_key="k"))
+    for i in range(5):
+        store.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[[], [], {}, []],
+                                      run_us=1.0 + i, measured_at=time.time()))
+    old = tmp_path / "archive" / "k" / "2001-01-01"
+    old.mkdir(parents=True)
+    sup = Supervisor(App(), store, Broker(), node="n", interval_s=1, grace_s=1)
+    sup.retention_days = 30
+    assert sup.keep_archive() == 3
+    assert store.spool_size() == 0 and len(all_records(store, store.archive, "w")) == 5
+    assert not old.exists()  # a day past the retention is deleted
+    assert sup.keep_archive() == 0
