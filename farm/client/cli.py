@@ -238,10 +238,10 @@ def _up_command(sub: Commands) -> None:
 
 def _cache_commands(sub: Commands) -> None:
     c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
-                                     "export DIR, import DIR, rm KEY[,KEY]|--source S, "
-                                     "verify [KEY,KEY]")
+                                     "export DIR [--all], import DIR, rm KEY[,KEY]|--source S, "
+                                     "verify [KEY,KEY], archive")
     c.add_argument("action", choices=["ls", "show", "stats", "export", "import", "rm",
-                                      "verify"])
+                                      "verify", "archive"])
     c.add_argument("arg", nargs="?", help="workload key (show; rm: comma-separated) or folder "
                                           "(export, import)")
     c.add_argument("--device-key", help="only this device key (import: the key to file under)")
@@ -249,6 +249,9 @@ def _cache_commands(sub: Commands) -> None:
                    help="import: file records tuned for another target under the profile's")
     c.add_argument("--source", help="rm: only the records from this job id, host or import "
                                     "path (all workloads, or the keys given)")
+    c.add_argument("--all", action="store_true",
+                   help="export: every record (Redis's and the archive's, failures too), not "
+                        "only the best of each workload")
     c.add_argument("--tracker", help="verify: HOST:PORT of a tracker with phones of the key "
                                      "(default: the embedded farm's emulated phones)")
     c.add_argument("--json", action="store_true")

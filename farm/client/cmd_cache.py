@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from farm.client.common import config_of, report, store_of
 from farm.core.errors import UsageError
+from farm.store import RecordStore
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -65,7 +65,24 @@ def _cache_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache(args: argparse.Namespace, store: Any) -> int:
+def _archive(args: argparse.Namespace, store: RecordStore) -> None:
+    """`farm cache archive`: move the spool to the archive now, delete days past the
+    retention, and say where the archive is and what it holds."""
+    from farm.store.cold import drain
+
+    if store.archive is None:
+        raise UsageError("this store has no archive", hint="set FARM_ARCHIVE")
+    moved = drain(store, store.archive)
+    retention = config_of(args, broker_url=getattr(args, "broker", None)).archive_retention_days
+    gone = store.archive.prune(retention)
+    files = store.archive.files()
+    size = sum(store.archive.fs.size(f) for f in files)
+    print(f"archive {store.archive.url}: {len(files)} files, {size} bytes; {moved} records "
+          f"moved from Redis now, {store.spool_size()} waiting; {len(gone)} days deleted "
+          f"(retention: {f'{retention:g} days' if retention > 0 else 'always'})")
+
+
+def _cache(args: argparse.Namespace, store: RecordStore) -> int:
     from farm.client import cache
 
     if args.action == "ls":
@@ -88,8 +105,16 @@ def _cache(args: argparse.Namespace, store: Any) -> int:
     elif args.action == "export":
         if not args.arg:
             raise UsageError("farm cache export needs a folder")
-        n = cache.export(store, Path(args.arg), args.device_key)
-        print(f"exported the best record of {n} workloads to {args.arg}/ (MetaSchedule JSONDatabase)")
+        if args.all:
+            n = cache.export_all(store, Path(args.arg), args.device_key)
+            print(f"exported {n} records (every one, the archive's too) to {args.arg}/ "
+                  "(MetaSchedule JSONDatabase)")
+        else:
+            n = cache.export(store, Path(args.arg), args.device_key)
+            print(f"exported the best record of {n} workloads to {args.arg}/ (MetaSchedule "
+                  "JSONDatabase)")
+    elif args.action == "archive":
+        _archive(args, store)
     elif args.action == "import":
         if not args.arg:
             raise UsageError("farm cache import needs a JSONDatabase folder")
