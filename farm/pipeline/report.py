@@ -20,8 +20,9 @@ W, H, PAD = 360, 160, 36
 
 
 def curve(store: RecordStore, wk: str) -> list[tuple[int, float]]:
-    """(trial number, best latency so far in us) over the workload's records, in measured order."""
-    records = sorted(store.records(wk), key=lambda r: r.measured_at)
+    """(trial number, best latency so far in us) over the workload's records, in measured order
+    (every measured candidate's entry: whole records or not)."""
+    records = sorted(store.entries(wk), key=lambda r: r.measured_at)
     out, best = [], None
     for i, r in enumerate(records, 1):
         if r.valid and (best is None or r.run_us < best):  # type: ignore[operator]

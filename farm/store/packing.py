@@ -2,7 +2,7 @@
 
 Every measured candidate has an **entry** in its workload's records hash: what deduplication,
 the best and accounting need, in tens of bytes (`<run us>|<failure class>|<1 verified, 0
-imported>|<tvm version>|<measured at, s>`). The whole record (its trace, for MetaSchedule)
+imported>|<tvm version>|<measured at, s, to the ms>`). The whole record (its trace, for MetaSchedule)
 is kept in Redis only for the workload's K fastest valid candidates and its best; every
 other one goes to the archive (farm/store/cold.py). A whole record is kept **compressed
 with the workload's dictionary**: zlib with, as preset dictionary, the first record the
@@ -28,7 +28,8 @@ PLAIN = b"{"  # a whole record as JSON (the layout before; still read)
 def entry_of(rec: StoredRecord) -> str:
     us = repr(float(rec.run_us)) if rec.valid else ""  # type: ignore[arg-type]
     tvm = rec.tvm.replace("|", "/")
-    return f"{us}|{rec.error_class or ''}|{1 if rec.verified else 0}|{tvm}|{int(rec.measured_at)}"
+    at = f"{rec.measured_at:.3f}".rstrip("0").rstrip(".")  # ms: a report's curve is in order
+    return f"{us}|{rec.error_class or ''}|{1 if rec.verified else 0}|{tvm}|{at}"
 
 
 def parse_entry(candidate: str, text: str) -> Entry:
