@@ -66,6 +66,9 @@ def check_store(url: str) -> str:
     return f"{redact(url)} reachable and writable ({(time.perf_counter() - t0) * 1e3:.1f} ms)"
 
 
+SPOOL_WARN = 100_000  # records waiting for the archive: 100 s of a lab measuring 1,000 a second
+
+
 def check_capacity(url: str) -> Check:
     """How soon the store is full at the current rate: a warning under WARN_DAYS."""
     from farm.store import open_store
@@ -74,10 +77,17 @@ def check_capacity(url: str) -> Check:
     fix = ("raise maxmemory (FARM_REDIS_MAXMEMORY or redis.conf), or `farm cache rm` what is "
            "no longer tuned for")
     try:
-        cap = capacity(open_store(url))
+        store = open_store(url)
+        cap = capacity(store)
     except Exception as e:  # noqa: BLE001 - one line of the report
         return Check("store capacity", False, f"{type(e).__name__}: {e}", fix)
     per, days = cap.bytes_per_measurement, cap.days_until_full
+    spooled = store.spool_size()
+    if spooled > SPOOL_WARN:  # the leader has not moved records to the archive for a while
+        return Check("store capacity", True, f"{spooled} records wait in Redis for the archive",
+                     "a worker must be running (its leading supervisor drains them), and the "
+                     "archive writable from it: `farm cache archive` drains them now and "
+                     "says where it is", warn=True)
     detail = (f"{cap.used_bytes / 2**20:.1f} MiB used of "
               f"{f'{cap.max_bytes / 2**20:.0f} MiB' if cap.max_bytes else 'no limit'}, "
               f"{cap.measurements} measurements"

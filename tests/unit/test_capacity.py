@@ -38,3 +38,17 @@ def test_the_rate_is_read_from_the_records_times():
         young.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[{}, [1.0]],
                                       run_us=1.0, measured_at=now - 3600))
     assert capacity(young, now=now).per_day == pytest.approx(6 * 24)
+
+
+def test_doctor_warns_when_records_pile_up_for_the_archive(clean_redis, monkeypatch):
+    from farm.client import doctor
+
+    store = open_store(clean_redis, hot_records=1)
+    store.put_workload(TASK)
+    for i in range(4):
+        store.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[{}, [1.0]],
+                                      run_us=1.0 + i, measured_at=1.0))
+    assert doctor.check_capacity(clean_redis).warn is False
+    monkeypatch.setattr(doctor, "SPOOL_WARN", 2)  # 3 wait: nothing drained them
+    check = doctor.check_capacity(clean_redis)
+    assert check.warn and "3 records wait" in check.detail and "farm cache archive" in check.fix
