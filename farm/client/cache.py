@@ -12,10 +12,12 @@ import logging
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import IRModule, JsonDict, JsonList, JsonValue, Target
 from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.failures import brief
 from farm.core.messages import TuneTask
@@ -28,10 +30,15 @@ from farm.store.store import FAILED_RUN_SECS, valid_secs
 from farm.tir.blocknames import canonical_module, translation
 from farm.tir.module import load_mod
 
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.database import Workload
+
 log = logging.getLogger(__name__)
 
+Rename = Callable[[JsonList], JsonList]  # a record as tuned, renamed to the stored module's blocks
 
-def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str, Any]]:
+
+def entries(store: RecordStore, device_key: str | None = None) -> list[JsonDict]:
     out = []
     for wk in store.workload_keys():
         task = store.get_workload(wk)
@@ -45,7 +52,7 @@ def entries(store: RecordStore, device_key: str | None = None) -> list[dict[str,
     return out
 
 
-def show(store: RecordStore, wk: str, top: int = 5) -> dict[str, Any]:
+def show(store: RecordStore, wk: str, top: int = 5) -> JsonDict:
     task = store.get_workload(wk)
     if task is None:
         raise StoreError("no such workload in the store", subject=f"workload {wk}",
@@ -70,7 +77,7 @@ def show(store: RecordStore, wk: str, top: int = 5) -> dict[str, Any]:
     }
 
 
-def stats(store: RecordStore) -> dict[str, Any]:
+def stats(store: RecordStore) -> JsonDict:
     by_key: Counter = Counter()
     trials = 0
     valid = 0
@@ -162,7 +169,7 @@ class ImportReport:
         return out
 
 
-def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, Any]]:
+def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, JsonValue]]:
     out = []
     try:
         text = path.read_text()
@@ -190,13 +197,13 @@ def check_log_dir(log_dir: Path) -> None:
 
 
 def _read_workloads(log_dir: Path, profile: DeviceProfile,
-                    report: ImportReport) -> dict[int, tuple[Any, str] | None]:
+                    report: ImportReport) -> dict[int, tuple[Workload, str] | None]:
     """database_workload.json: line index -> (workload, its key here), None when unreadable."""
     import tvm
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import Workload
 
-    workloads: dict[int, tuple[Any, str] | None] = {}
+    workloads: dict[int, tuple[Workload, str] | None] = {}
     for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", report)):
         try:
             wl = Workload.from_json(row)
@@ -214,8 +221,8 @@ def _read_workloads(log_dir: Path, profile: DeviceProfile,
     return workloads
 
 
-def _file_workload(store: RecordStore, wl: Any, wk: str, profile: DeviceProfile,
-                   source: str) -> Any:
+def _file_workload(store: RecordStore, wl: Workload, wk: str, profile: DeviceProfile,
+                   source: str) -> IRModule:
     """An imported workload, filed under its key for the profile (named after its function,
     its blocks by place unless the store had the workload already); the module filed."""
     import tvm
@@ -228,7 +235,7 @@ def _file_workload(store: RecordStore, wl: Any, wk: str, profile: DeviceProfile,
     return load_mod(filed) if filed is not None else wl.mod
 
 
-def _imported(data: list[Any], wk: str, secs: list[float], failed: bool, host: str,
+def _imported(data: JsonList, wk: str, secs: list[float], failed: bool, host: str,
               source: str) -> StoredRecord:
     """An imported record: unverified (never a job's choice before a phone measured it)."""
     return StoredRecord(
@@ -256,8 +263,8 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     host = socket.gethostname()
     want = tvm.target.Target(profile.target_json())
     workloads = _read_workloads(log_dir, profile, report)
-    filed: dict[str, Any] = {}  # workload key -> the store's module of it
-    renames: dict[int, Any] = {}  # workload line -> its records' translation to that module
+    filed: dict[str, IRModule] = {}  # workload key -> the store's module of it
+    renames: dict[int, Rename] = {}  # workload line -> its records' translation to that module
     for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
         where = f"database_tuning_record.json:{n}"
         found, why = _row_problem(row, workloads)
@@ -295,7 +302,8 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
     return report
 
 
-def _row_problem(row: Any, workloads: dict[int, Any]) -> tuple[Any, str]:
+def _row_problem(row: JsonValue, workloads: dict[int, tuple[Workload, str] | None]
+                 ) -> tuple[tuple[Workload, str] | None, str]:
     """(the row's workload and its key, "") or (None, why the row is refused): a pair of a
     workload index that was read and a record whose trace is MetaSchedule's own."""
     if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)):
@@ -309,8 +317,9 @@ def _row_problem(row: Any, workloads: dict[int, Any]) -> tuple[Any, str]:
     return found, ""
 
 
-def _to_stored(store: RecordStore, filed: dict[str, Any], renames: dict[int, Any], index: int,
-               found: tuple[Any, str], profile: DeviceProfile, source: str) -> Any:
+def _to_stored(store: RecordStore, filed: dict[str, IRModule], renames: dict[int, Rename],
+               index: int, found: tuple[Workload, str], profile: DeviceProfile,
+               source: str) -> Rename:
     """How the records of workload line `index` are renamed to the blocks of the store's module
     of their key (the workload filed first when the store lacks it); ValueError if they cannot."""
     wl, wk = found
@@ -321,7 +330,7 @@ def _to_stored(store: RecordStore, filed: dict[str, Any], renames: dict[int, Any
     return renames[index]
 
 
-def _canonical(target: Any) -> str:
+def _canonical(target: Target) -> str:
     """A target as comparable text (attribute order and tuple/list do not matter)."""
     try:
         return json.dumps(json.loads(str(target)), sort_keys=True)  # a target prints as JSON
@@ -346,6 +355,6 @@ def remove(store: RecordStore, workload_keys: list[str], source: str | None = No
     return {"workloads": 0, "records": removed}
 
 
-def _func_name(mod: Any) -> str:
+def _func_name(mod: IRModule) -> str:
     names = [gv.name_hint for gv in mod.get_global_vars()]
     return names[0] if names else "main"

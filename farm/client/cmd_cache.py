@@ -82,6 +82,29 @@ def _archive(args: argparse.Namespace, store: RecordStore) -> None:
           f"(retention: {f'{retention:g} days' if retention > 0 else 'always'})")
 
 
+def _import(args: argparse.Namespace, store: RecordStore) -> None:
+    """`farm cache import`: seed the store from a JSONDatabase folder, as unverified records."""
+    if not args.arg:
+        raise UsageError("farm cache import needs a JSONDatabase folder")
+    from dataclasses import replace
+
+    from farm.client import cache
+    from farm.pipeline.job import tuned_profile
+
+    config = config_of(args, broker_url=getattr(args, "broker", None))
+    key = args.device_key or config.device_key
+    profile = tuned_profile(replace(config, device_key=key), report)
+    got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
+    print(f"imported {got.new} new records of {got.workloads} workloads for device key "
+          f"{key} ({got.known} already stored); unverified until a phone of the farm "
+          f"measures them (the next job's first rounds measure the best of them)")
+    for line in got.lines():
+        print(line)
+    if got.refused and not got.new and not got.known:
+        raise UsageError(f"every record was refused ({sum(got.refused.values())})",
+                         subject=args.arg, hint="see the reasons above")
+
+
 def _cache(args: argparse.Namespace, store: RecordStore) -> int:
     from farm.client import cache
 
@@ -116,24 +139,7 @@ def _cache(args: argparse.Namespace, store: RecordStore) -> int:
     elif args.action == "archive":
         _archive(args, store)
     elif args.action == "import":
-        if not args.arg:
-            raise UsageError("farm cache import needs a JSONDatabase folder")
-        from dataclasses import replace
-
-        from farm.pipeline.job import tuned_profile
-
-        config = config_of(args, broker_url=getattr(args, "broker", None))
-        key = args.device_key or config.device_key
-        profile = tuned_profile(replace(config, device_key=key), report)
-        got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
-        print(f"imported {got.new} new records of {got.workloads} workloads for device key "
-              f"{key} ({got.known} already stored); unverified until a phone of the farm "
-              f"measures them (the next job's first rounds measure the best of them)")
-        for line in got.lines():
-            print(line)
-        if got.refused and not got.new and not got.known:
-            raise UsageError(f"every record was refused ({sum(got.refused.values())})",
-                             subject=args.arg, hint="see the reasons above")
+        _import(args, store)
     elif args.action == "rm":
         if not args.arg and not args.source:
             raise UsageError("farm cache rm needs workload keys or --source",

@@ -42,7 +42,9 @@ ExportedProgram = Any  # torch.export.ExportedProgram
 CeleryApp = Any  # celery.Celery: the farm's app (farm/jobs/dispatch.py)
 CeleryTask = Any  # celery.Task, bound: its retry, update_state, send_event
 RedisClient = Any  # redis.Redis (only farm/store talks to Redis)
+RedisScript = Any  # redis.commands.core.Script: a Lua script registered on a client (None before)
 
 # JSON
 JsonDict = dict[str, Any]  # a JSON object as sent or stored (or settings as read: TOML, flags)
 JsonList = list[Any]  # a JSON array as sent or stored: a tuning record, an argument's info
+JsonValue = Any  # any JSON value as read (object, array, string, number, bool, null), unchecked

@@ -9,9 +9,9 @@ Thread safety: redis-py's client pools its connections; one `BrokerQueues` per p
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from farm.core import keys
+from farm.core.aliases import RedisClient
 from farm.core.messages import PRIORITIES
 
 PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
@@ -28,12 +28,12 @@ def queue_lists(queue: str) -> list[str]:
 class BrokerQueues:
     """Read-only view of the broker's queues (a Redis client made on first use)."""
 
-    def __init__(self, url: str, client: Any = None) -> None:
+    def __init__(self, url: str, client: RedisClient | None = None) -> None:
         self.url = url
         self._client = client
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         if self._client is None:
             import redis
 

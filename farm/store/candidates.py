@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+
+from farm.core.aliases import JsonList
 
 
-def candidate_hash(record_json: list[Any]) -> str:
+def candidate_hash(record_json: JsonList) -> str:
     """The identity of a candidate: a hash of its trace (with the sampling decisions)."""
     trace = record_json[0]
     text = json.dumps(trace, sort_keys=True, separators=(",", ":"))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from farm.store.store import RecordStore
 
 DAY_S = 86400.0
 WARN_DAYS = 7.0
@@ -35,7 +38,7 @@ class Capacity:
             return None
         return max(0.0, self.max_bytes - self.used_bytes) / (per * self.per_day)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, float | None]:
         per, days = self.bytes_per_measurement, self.days_until_full
         return {"used_bytes": self.used_bytes, "maxmemory_bytes": self.max_bytes,
                 "measurements": self.measurements,
@@ -44,7 +47,7 @@ class Capacity:
                 "days_until_full": None if days is None else round(days, 2)}
 
 
-def capacity(store: Any, now: float | None = None,
+def capacity(store: RecordStore, now: float | None = None,
              times: list[float] | None = None) -> Capacity:
     """The store's capacity now, from every record's time (`times`, when the caller read the
     records already; else a scan of the store)."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.errors import StoreError
 from farm.core.messages import JobSpec, _Message
 
@@ -50,7 +50,7 @@ class TaskState(_Message):
     history: list[float] = field(default_factory=list)  # best us after each round
     # the task's outstanding round (RoundRequest JSON): queued or running. The supervisor
     # sends it again (a new attempt) when no copy of it is live.
-    round: dict[str, Any] = field(default_factory=dict)
+    round: JsonDict = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -146,7 +146,7 @@ def counts_of(raw: dict[str, str]) -> dict[str, dict[str, int]]:
     return out
 
 
-def updated(current: TaskState, **changes: Any) -> TaskState:
+def updated(current: TaskState, **changes: object) -> TaskState:
     """`current` with `changes`, stamped now."""
     data = current.to_json()
     data.update(changes)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from typing import Any
 
+from farm.core.aliases import JsonDict
 from farm.core.profiles import canonical_target
 
 
-def model_key(device_key: str, target: dict[str, Any]) -> str:
+def model_key(device_key: str, target: JsonDict) -> str:
     """The identity of the cost model workloads share: their device key and target."""
     text = f"{device_key}|{canonical_target(target)}"
     return f"{device_key}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"

@@ -23,9 +23,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
 
 from farm.core import keys
+from farm.core.aliases import JsonDict, RedisClient
 from farm.core.messages import _Message
 
 SPANS_KEPT = 100_000  # spans kept per job (the oldest are dropped beyond it)
@@ -77,12 +77,12 @@ class PhoneStat(_Message):
 
 
 def job_phones(spans: list[PhoneSpan], registered: dict[str, str],
-               wall_s: float) -> list[dict[str, Any]]:
+               wall_s: float) -> list[JsonDict]:
     """Per phone of a job (those that measured for it, and `registered`: the phones of its key
     on the trackers now, phone -> worker host, with 0 busy seconds when they measured nothing):
     busy and idle seconds, utilization = busy / the job's tuning wall, measurements, device
     lost, mean measurement time."""
-    rows: dict[str, dict[str, Any]] = {
+    rows: dict[str, JsonDict] = {
         phone: {"phone": phone, "worker": worker, "busy_s": 0.0, "measurements": 0,
                 "device_lost": 0}
         for phone, worker in registered.items()}
@@ -112,7 +112,7 @@ def tuning_wall(spans: list[PhoneSpan], started_at: float | None = None,
     return max(0.0, max(ends) - min(starts)) if starts and ends else 0.0
 
 
-def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[dict[str, Any]]:
+def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[JsonDict]:
     """`farm devices`' phones: totals, and whether the phone is on a live host's tracker now."""
     return [{"phone": s.phone, "key": s.key, "worker": s.worker,
              "registered": s.phone in registered, "measurements": s.measurements,
@@ -124,7 +124,7 @@ def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[dict[str, A
             for s in stats]
 
 
-def format_phones(rows: list[dict[str, Any]]) -> str:
+def format_phones(rows: list[JsonDict]) -> str:
     if not rows:
         return "no phone has measured or had work yet"
     lines = [f"{'phone':24} {'device key':16} {'worker host':22} {'state':10} {'meas.':>6} "
@@ -170,7 +170,7 @@ class PhoneLedger(ABC):
 class RedisPhoneLedger(PhoneLedger):
     """The ledger on Redis (mixed into RedisStore: `r` is its client)."""
 
-    r: Any
+    r: RedisClient
 
     def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
         if not spans:

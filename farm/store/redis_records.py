@@ -12,11 +12,12 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
 from farm.core import keys
+from farm.core.aliases import RedisClient, RedisScript
 from farm.core.config import redact
 from farm.core.errors import StoreError
 from farm.core.messages import TuneTask
@@ -57,14 +58,14 @@ class RedisRecords:
     url: str
     hot_records: int = HOT_RECORDS
     archive: Archive | None = None
-    _script: Any
-    _remove: Any
+    _script: RedisScript
+    _remove: RedisScript
 
     @property
-    def r(self) -> Any: ...  # noqa: D102 - given by RedisStore
+    def r(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
 
     @property
-    def rb(self) -> Any: ...  # noqa: D102 - given by RedisStore
+    def rb(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
 
     def _zdicts(self) -> dict[str, bytes]:
         cache = self.__dict__.get("_zdict_cache")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import redis
 
 from farm.core import keys
+from farm.core.aliases import RedisClient, RedisScript
 from farm.core.config import redact
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec
@@ -26,6 +27,14 @@ _LEASE = _lua("lease.lua")
 _FINISH_ROUND = _lua("finish_round.lua")
 
 
+class _State(TypedDict):
+    """What a pickled RedisStore keeps (its clients are made again on first use)."""
+
+    url: str
+    hot_records: int
+    archive: Archive | None
+
+
 class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
     """A `RecordStore` on one Redis database. Drops its clients when pickled. Its records:
     farm/store/redis_records.py; `hot_records` whole records per workload stay in Redis,
@@ -38,16 +47,16 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         self.archive = archive
         self._client: redis.Redis | None = None
         self._bytes: redis.Redis | None = None
-        self._script: Any = None
-        self._lease: Any = None
-        self._release: Any = None
-        self._finish: Any = None
-        self._remove: Any = None
+        self._script: RedisScript = None  # the scripts: registered with the client (`r`)
+        self._lease: RedisScript = None
+        self._release: RedisScript = None
+        self._finish: RedisScript = None
+        self._remove: RedisScript = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _State:
         return {"url": self.url, "hot_records": self.hot_records, "archive": self.archive}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _State) -> None:
         self.__init__(state["url"], state["hot_records"], state["archive"])  # type: ignore[misc]
 
     def _connect(self, decode: bool) -> redis.Redis:
@@ -57,16 +66,16 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         )
 
     @property
-    def rb(self) -> Any:
+    def rb(self) -> RedisClient:
         """A client whose replies are bytes: packed records, compressed texts."""
         if self._bytes is None:
             self._bytes = self._connect(False)
         return self._bytes
 
     @property
-    def r(self) -> Any:
+    def r(self) -> RedisClient:
         """The client (decode_responses: every reply is str, which redis-py's own types do not
-        say, hence Any)."""
+        say, hence `RedisClient`)."""
         if self._client is None:
             client = self._connect(True)
             self._script = client.register_script(KEEP_BEST)

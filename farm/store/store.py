@@ -23,8 +23,9 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from farm.core.aliases import JsonList
 from farm.core.errors import StoreError
 from farm.core.messages import TuneTask, _Message
 from farm.store.candidates import DEFAULT_SCHEDULE, candidate_hash  # noqa: F401 - re-exported
@@ -65,7 +66,7 @@ class StoredRecord(_Message):
     kind = "stored record"
     workload_key: str
     candidate: str
-    record: list[Any]
+    record: JsonList
     run_us: float | None  # mean run time; None for a failed kernel
     error_class: str | None = None  # one of FAILURE_CLASSES, None when valid
     error_msg: str = ""

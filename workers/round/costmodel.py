@@ -28,7 +28,7 @@ import base64
 import logging
 import time
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tvm.ir.utils import derived_object
@@ -36,12 +36,18 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.database import Workload
 
 from farm.core import keys
+from farm.core.aliases import MeasureCandidate, TuneContext
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord
 from farm.store.cold import samples
 from farm.store.learned import model_key
 from farm.store.store import FAILED_RUN_SECS
 from workers.round.database import tuning_record
+
+if TYPE_CHECKING:
+    import xgboost
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +155,8 @@ class KeyModel:
         return (f"{self.mkey} v{self.version} ({self.fields.get('trained_on', '?')} records of "
                 f"{self.fields.get('workloads', '?')} workloads)")
 
-    def predict(self, xs: list[np.ndarray], correction: Any = None) -> np.ndarray:
+    def predict(self, xs: list[np.ndarray],
+                correction: xgboost.Booster | None = None) -> np.ndarray:
         """A score per candidate (higher: faster) from each candidate's feature matrix; with
         `correction` (a booster `fit_correction` made), the key's scores as corrected by it."""
         import xgboost as xgb
@@ -166,7 +173,8 @@ class KeyModel:
             pred = correction.predict(data, output_margin=True)
         return np.bincount(ids.astype(np.int64), weights=pred, minlength=len(xs))
 
-    def fit_correction(self, xs: list[np.ndarray], ys: np.ndarray, threads: int = 1) -> Any:
+    def fit_correction(self, xs: list[np.ndarray], ys: np.ndarray,
+                       threads: int = 1) -> xgboost.Booster | None:
         """A booster that corrects this model's scores for one workload from its own samples
         (feature matrices, scores min cost / cost): trained by MetaSchedule's pack-sum loss,
         starting from this model's per-store scores instead of from zero (boosting from a
@@ -278,12 +286,12 @@ class RankedModel(PyCostModel):
     batches so far), refitted after every batch, so the round's ranking learns from what its
     phones measure instead of staying the key's for the whole round."""
 
-    def __init__(self, own: Any, key: KeyModel, threads: int = 1) -> None:
+    def __init__(self, own: XGBModel, key: KeyModel, threads: int = 1) -> None:
         super().__init__()
         self.own = own
         self.key = key
         self.threads = threads
-        self.correction: Any = None
+        self.correction: xgboost.Booster | None = None
         self.corrected_on = 0  # own samples the correction learned from
         self._refit()
 
@@ -297,7 +305,8 @@ class RankedModel(PyCostModel):
     def warm(self) -> bool:
         return self.own.data_size >= self.own.num_warmup_samples and self.own.booster is not None
 
-    def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+    def update(self, context: TuneContext, candidates: list[MeasureCandidate],
+               results: list[RunnerResult]) -> None:
         self.own.update(context, candidates, results)
         self._refit()
 
@@ -317,7 +326,7 @@ class RankedModel(PyCostModel):
             self.correction = None
         self.corrected_on = len(xs) if self.correction is not None else 0
 
-    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+    def predict(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
         if self.warm():
             return self.own.predict(context, candidates)
         xs = [x.numpy().astype("float32") for x in self.own.extractor.extract_from(context, candidates)]
@@ -325,7 +334,7 @@ class RankedModel(PyCostModel):
 
 
 def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
-                          target: object, threads: int = 1) -> tuple[Any, int]:
+                          target: object, threads: int = 1) -> tuple[XGBModel, int]:
     """An XGBoost cost model already trained on the workload's stored records (valid and
     failed), so that round k+1 is not a cold start. Returns (model, records learned from).
 
@@ -356,7 +365,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
 
 
 def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: object,
-                threads: int = 1) -> tuple[Any, int, str]:
+                threads: int = 1) -> tuple[XGBModel | RankedModel, int, str]:
     """The cost model of a round: (model, own records it learned from, what ranks first)."""
     own, learned = pretrained_cost_model(store, task.workload_key, workload, target, threads)
     if learned >= own.num_warmup_samples:
