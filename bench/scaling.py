@@ -120,7 +120,7 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
             trackers.append(tracker)
             for i, d in enumerate(delays):
                 phone = group.add(services.start_phone(tracker, KEY, 10 * h + i, logs,
-                                                       delay_s=d))
+                                                       services.PhoneOptions(delay_s=d)))
                 if pin:
                     os.sched_setaffinity(phone.pid, cpu)
                 args = [str(a) for a in phone.popen.args]  # type: ignore[union-attr]

@@ -51,9 +51,11 @@ def cmd_phones(args: argparse.Namespace) -> int:
         shown = (advertised_address(args.host, args.advertise, args.tracker)
                  or "the address they reach the tracker from")
         for i in range(args.count):
-            group.add(services.start_phone(args.tracker, args.key, i, log_dir, args.threads,
-                                           host=args.host, arch=args.arch, config=config,
-                                           advertise=args.advertise))
+            group.add(services.start_phone(args.tracker, args.key, i, log_dir,
+                                           services.PhoneOptions(
+                                               threads=args.threads, arch=args.arch,
+                                               host=args.host, advertise=args.advertise),
+                                           config))
         from farm.devices.tracker import wait_for_phones
 
         wait_for_phones(args.tracker, args.key, args.count, timeout_s=300 if args.arch else 60)

@@ -183,11 +183,11 @@ def new_password() -> str:
 def farm_store(config: FarmConfig) -> Iterator[RecordStore]:
     """The farm's record store for a moment: the lab farm's (config.store_url), or the
     embedded farm's Redis (`embedded_store_url`); pinged, closed after."""
-    from farm.store import open_store
+    from farm.store import configured_store
 
     with contextlib.ExitStack() as stack:
         url = config.store_url or stack.enter_context(embedded_store_url(config))
-        store = open_store(url)
+        store = configured_store(config, url)
         stack.callback(store.close)
         store.ping()
         yield store
@@ -257,8 +257,10 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
         group.add(tracker_svc).restart = lambda: services.start_tracker(log_dir, port=tport)[0]
         for i in range(config.phones):
             phone = functools.partial(services.start_phone, tracker, config.device_key, i,
-                                      log_dir, threads, arch=arch, config=config,
-                                      delay_s=config.phone_delay_s, port=services.free_port())
+                                      log_dir, services.PhoneOptions(
+                                          threads=threads, arch=arch,
+                                          delay_s=config.phone_delay_s,
+                                          port=services.free_port()), config)
             group.add(phone()).restart = phone  # a phone that dies is started again, same port
         worker = functools.partial(services.start_worker, tracker, url, log_dir,
                                    env=config_env(config), extra=["--keys", config.device_key])

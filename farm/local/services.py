@@ -227,22 +227,40 @@ def start_tracker(log_dir: Path, port: int | None = None, host: str = LOOPBACK) 
     return svc, f"{host}:{port}"
 
 
-def start_phone(tracker: str, key: str, index: int, log_dir: Path, threads: int = 1,
-                host: str = LOOPBACK, arch: str = "", config: FarmConfig | None = None,
-                delay_s: float = 0.0, advertise: str | None = None,
-                port: int | None = None) -> Service:
-    """An emulated phone: a real TVM RPC server on `host` (loopback unless told), registered
-    under `key` with the address workers connect to: `advertise`, else `host` (see
-    farm.devices.phone.advertised_address; raises UsageError for one no worker could reach). With
-    arch "arm64" it is a native aarch64 RPC server on TVM's runtime under qemu
-    (farm/devices/arm64sim.py; made once in the config's arm64_dir).
-    With `delay_s`, every measurement session takes that much longer (farm/devices/phone.py).
-    With `port`, it listens there (a restarted phone keeps its address, so its accounting does)
-    unless that port stays taken for 5 s; else on a free port."""
+@dataclass(frozen=True)
+class PhoneOptions:
+    """How an emulated phone runs (`start_phone`):
+
+    - `threads`: the threads a kernel may use on it;
+    - `arch`: "" (this machine's) or "arm64": a native aarch64 RPC server on TVM's runtime
+      under qemu (farm/devices/arm64sim.py; made once in the config's arm64_dir);
+    - `delay_s`: every measurement session takes that much longer (farm/devices/phone.py);
+    - `host`: where it listens (loopback unless told);
+    - `advertise`: the address workers connect to (None: `host`; see
+      farm.devices.phone.advertised_address: one no worker could reach is a UsageError);
+    - `port`: it listens there (a restarted phone keeps its address, so its accounting does)
+      unless that port stays taken for 5 s; None: a free port.
+    """
+
+    threads: int = 1
+    arch: str = ""
+    delay_s: float = 0.0
+    host: str = LOOPBACK
+    advertise: str | None = None
+    port: int | None = None
+
+
+def start_phone(tracker: str, key: str, index: int, log_dir: Path,
+                options: PhoneOptions = PhoneOptions(),
+                config: FarmConfig | None = None) -> Service:
+    """An emulated phone (`options`): a real TVM RPC server, registered at `tracker` under
+    `key`, logging to `log_dir` as phone-KEY-INDEX."""
     from farm.devices.phone import advertised_address
 
-    addr = advertised_address(host, advertise, tracker)
-    port = port if port is not None and port_frees(host, port, 5.0) else free_port(host)
+    threads, arch, delay_s, host = options.threads, options.arch, options.delay_s, options.host
+    addr = advertised_address(host, options.advertise, tracker)
+    wanted = options.port
+    port = wanted if wanted is not None and port_frees(host, wanted, 5.0) else free_port(host)
     # a phone holds TVM's runtime only (farm/devices/rpcd.py: runtime_only)
     from farm.devices.rpcd import RUNTIME_ONLY
 

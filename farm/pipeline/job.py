@@ -15,7 +15,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from farm.core.aliases import JsonDict
@@ -35,7 +35,7 @@ from farm.pipeline.connect import Farm, connect
 from farm.pipeline.options import SubmitOptions
 from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
 from farm.pipeline.reader import load_apart
-from farm.pipeline.summary import default_times, make_summary, phone_section
+from farm.pipeline.summary import JobOutcome, default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
 from farm.store import TaskState, open_store
 
@@ -54,24 +54,38 @@ class Prepared:
     profile: DeviceProfile
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A job as its client runs it: the options it was submitted (or is taken up again)
+    with, the farm's config, where its progress lines go (`report`), the live view of its
+    tasks (`view`; None: a line per change) and when the client started (`t0`, monotonic:
+    the summary's wall time)."""
+
+    opts: SubmitOptions
+    config: FarmConfig
+    report: Callable[[str], None] = print
+    view: View | None = None
+    t0: float = field(default_factory=time.monotonic)
+
+
 def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None] = print,
            resume: str | None = None, view: View | None = None) -> JsonDict:
     """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
     summary (also written to <out>/summary.json)."""
-    t0 = time.monotonic()
+    sub = Submission(opts, config, report, view)
     preflight(opts, config, report)  # bad input fails here: nothing started, nothing written
     # a lab farm: read the model before dispatching. The embedded farm starts first, so
     # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
-    prep = prepare(opts, config, report) if config.broker_url else None
+    prep = prepare(sub) if config.broker_url else None
     with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
         if prep is None:  # the embedded farm's phones register meanwhile
-            prep = prepare(opts, config, report)
+            prep = prepare(sub)
         farm.ready()
-        job = dispatch_job(farm, opts, config, prep, report, resume)
+        job = dispatch_job(farm, sub, prep, resume)
         if not opts.wait:  # a lab farm (preflight refuses --no-wait on an embedded one)
             return {"job_id": job.job_id, "state": "submitted"}
         try:
-            return complete(farm, job, prep, opts, config, report, t0, view)
+            return complete(farm, job, prep, sub)
         except BaseException:
             if farm.embedded:  # nobody else will finish this job: its queued rounds must
                 # not run in the next embedded farm (its records stay in the store)
@@ -82,11 +96,11 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
             raise
 
 
-def prepare(opts: SubmitOptions, config: FarmConfig,
-            report: Callable[[str], None]) -> Prepared:
+def prepare(sub: Submission) -> Prepared:
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
     contacted; for the embedded one while its worker warms up (see `submit`)."""
-    profile = tuned_profile(config, report, opts.target_cpu)
+    opts, report = sub.opts, sub.report
+    profile = tuned_profile(sub.config, report, opts.target_cpu)
     # in a child process that holds no secret of the farm (farm/pipeline/reader.py)
     bundle = load_apart(opts.model, ingest_stage.parse_shapes(opts.input_shape), opts.dtype,
                         opts.allow_pickle, threads=profile.threads)
@@ -136,12 +150,12 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prepared,
-                 report: Callable[[str], None], resume: str | None = None) -> JobSpec:
+def dispatch_job(farm: Farm, sub: Submission, prep: Prepared,
+                 resume: str | None = None) -> JobSpec:
     """Stages 3 (plan: the store says what is already tuned) and 4 (dispatch: one message per
     task's first round; further rounds chain on the workers). With `resume`, the job keeps its
     id and starts its next run: rounds of an earlier run are stale and skipped."""
-    tasks, profile = prep.extracted.tasks, prep.profile
+    opts, config, tasks, profile = sub.opts, sub.config, prep.extracted.tasks, prep.profile
     job_id, run = new_job_id(), 0
     if resume is not None:
         old = farm.store.require_job(resume)
@@ -172,8 +186,8 @@ def dispatch_job(farm: Farm, opts: SubmitOptions, config: FarmConfig, prep: Prep
     send_first_rounds(farm, job, plans, first_round)
     planned = budget or sum(p.needed for p in plans)
     verb = f"resumed (run {run + 1})" if resume else "submitted"
-    report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
-           f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
+    sub.report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
+               f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
     if not todo:  # nothing to tune: the job is finished now
         finalize_stage.finalize_job(farm.store, job, by=CLIENT)
     return job
@@ -211,18 +225,16 @@ def send_first_rounds(farm: Farm, job: JobSpec, plans: list[plan_stage.TaskPlan]
         send_round(farm.app, first)
 
 
-def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, config: FarmConfig,
-             report: Callable[[str], None], t0: float,
-             view: View | None = None) -> JsonDict:
+def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonDict:
     """Stages 5-7 for a dispatched job: wait for the workers (the store is the truth, not a
     chord callback), finalize (once per job, whoever comes first), compile and check against
     torch, write <out>. Used by `farm submit`, `farm resume` and `farm wait`."""
-    tasks = prep.extracted.tasks
+    opts, config, report, tasks = sub.opts, sub.config, sub.report, prep.extracted.tasks
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
         t_tune = time.monotonic()
-        wait_for_job(farm, job, report, opts.timeout_s, view=view,
+        wait_for_job(farm, job, report, opts.timeout_s, view=sub.view,
                      full_grace_s=config.supervisor_interval_s + config.host_ttl_s)
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
@@ -250,9 +262,11 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, opts: SubmitOptions, conf
             device_key=prep.profile.key, fcompile=cross.fcompile(prep.profile)))
         result.fallback.update({t.name: unusable[t.workload_key] for t in tasks
                                 if t.workload_key in unusable})
-        summary = make_summary(job, prep.bundle, tasks, from_store, states, measured, bests,
-                               result, prep.profile, time.monotonic() - t0,
-                               farm.store.job_counts(job.job_id), default_times(farm.store, tasks))
+        wall_s = time.monotonic() - sub.t0
+        summary = make_summary(job, prep, JobOutcome(
+            states=states, measured=measured, from_store=from_store, bests=bests,
+            counts=farm.store.job_counts(job.job_id), defaults=default_times(farm.store, tasks),
+        ), result, wall_s)
         summary["tuning_s"] = round(tuning_s, 1)
         summary["unmeasured_tasks"] = verdict.tasks  # went to the phones, nothing valid back
         summary.update(phone_section(farm.store, job))
@@ -292,9 +306,11 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
         if opts.model.is_file():
             check_out_dir(opts.out, opts.force)
             check_out_writable(opts.out, [opts.model, Path(config.home)])
-            prep = prepare(opts, replace(config, device_key=job.device_key), report)
+            # the job's own device key (its profile); the rest of the config as it is here
+            sub = Submission(opts, replace(config, device_key=job.device_key), report, t0=t0)
+            prep = prepare(sub)
             check_same_tasks(job, prep, opts.model)
-            return complete(farm, job, prep, opts, config, report, t0)
+            return complete(farm, job, prep, sub)
         wait_for_job(farm, job, report, timeout_s)
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
         report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "

@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec, TuneTask
-from farm.core.profiles import DeviceProfile
 from farm.pipeline import compile as compile_stage
-from farm.pipeline.ingest import ModelBundle
 from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.hosts import registered_phones
 from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
 
+if TYPE_CHECKING:
+    from farm.pipeline.job import Prepared
 
-def make_summary(job: JobSpec, bundle: ModelBundle, tasks: list[TuneTask],
-                 from_store: dict[str, int], states: dict[str, TaskState],
-                 measured: dict[str, int], bests: dict[str, StoredRecord | None],
-                 result: compile_stage.CompileResult, profile: DeviceProfile, wall_s: float,
-                 counts: dict[str, dict[str, int]] | None = None,
-                 defaults: dict[str, float] | None = None) -> JsonDict:
-    """`defaults`: workload key -> the measured run time of TVM's default schedule."""
-    counts, defaults = counts or {}, defaults or {}
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What the store says of a finished job's tasks, per workload key: their states, the
+    trials the job measured and those it took from the store, the best record applied (None:
+    none usable), the store's measurement counters, and the measured run time of TVM's
+    default schedule where the store has it."""
+
+    states: dict[str, TaskState]
+    measured: dict[str, int]
+    from_store: dict[str, int]
+    bests: dict[str, StoredRecord | None]
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    defaults: dict[str, float] = field(default_factory=dict)
+
+
+def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
+                 result: compile_stage.CompileResult, wall_s: float) -> JsonDict:
+    """summary.json of a job: `prep` the model and its tasks, `outcome` what the store says of
+    them, `result` the compiled model checked against torch, `wall_s` the client's time."""
+    bundle, profile = prep.bundle, prep.profile
+    states, measured, from_store = outcome.states, outcome.measured, outcome.from_store
+    bests, counts, defaults = outcome.bests, outcome.counts, outcome.defaults
     rows = []
-    for task in tasks:
+    for task in prep.extracted.tasks:
         wk = task.workload_key
         st = states.get(wk, TaskState())
         row = counts.get(wk, dict.fromkeys(COUNTERS, 0))

@@ -36,8 +36,8 @@ def arm64_tracker(tmp_path_factory):
         svc, tracker = services.start_tracker(logs)
         group.add(svc)
         config = load_config({}, env={"FARM_HOME": str(logs), **ENV})
-        phone = group.add(services.start_phone(tracker, "arm64-sim", 0, logs, arch="arm64",
-                                               config=config))
+        phone = group.add(services.start_phone(tracker, "arm64-sim", 0, logs,
+                                               services.PhoneOptions(arch="arm64"), config))
         wait_for_phones(tracker, "arm64-sim", 1, timeout_s=300)
         # the phone is the native server under qemu: no Python, no TVM compiler in it
         cmdline = Path(f"/proc/{phone.pid}/cmdline").read_bytes().split(b"\0")

@@ -58,7 +58,8 @@ def start_host(group: services.ServiceGroup, name: str, logs: Path, delays: list
     svc, tracker = services.start_tracker(logs)
     group.add(svc)
     for i, d in enumerate(delays):
-        group.add(services.start_phone(tracker, KEY, i, logs / name, delay_s=d))
+        group.add(services.start_phone(tracker, KEY, i, logs / name,
+                                       services.PhoneOptions(delay_s=d)))
     wait_for_phones(tracker, KEY, len(delays), 60)
     return tracker
 

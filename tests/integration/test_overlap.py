@@ -43,7 +43,8 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
         group.add(svc)
         delay = {}  # a slow phone and a fast one: each session asks for a free phone
         for i, d in enumerate((1.0, 0.25)):
-            phone = group.add(services.start_phone(tracker, "cpu-local", i, tmp_path, delay_s=d))
+            phone = group.add(services.start_phone(tracker, "cpu-local", i, tmp_path,
+                                                    services.PhoneOptions(delay_s=d)))
             args = [str(a) for a in phone.popen.args]
             delay[phone_address("127.0.0.1", args[args.index("--port") + 1])] = d
         wait_for_phones(tracker, "cpu-local", 2, 60)

@@ -45,7 +45,8 @@ def test_a_slow_phone_adds_its_delay_to_every_session(tmp_path):
         svc, tracker = services.start_tracker(tmp_path)
         group.add(svc)
         group.add(services.start_phone(tracker, "fast", 0, tmp_path))
-        group.add(services.start_phone(tracker, "slow", 1, tmp_path, delay_s=1.5))
+        group.add(services.start_phone(tracker, "slow", 1, tmp_path,
+                                       services.PhoneOptions(delay_s=1.5)))
         wait_for_phones(tracker, "fast", 1, 60)
         wait_for_phones(tracker, "slow", 1, 60)
         for _ in range(2):  # every session, not only the first

@@ -29,7 +29,8 @@ def test_a_full_store_ends_the_wait_with_its_reason(tmp_path, example_models):
         group.add(svc)
         svc, tracker = services.start_tracker(tmp_path)
         group.add(svc)
-        group.add(services.start_phone(tracker, "cpu-local", 0, tmp_path, delay_s=0.5))
+        group.add(services.start_phone(tracker, "cpu-local", 0, tmp_path,
+                                       services.PhoneOptions(delay_s=0.5)))
         wait_for_phones(tracker, "cpu-local", 1, 60)
         group.add(services.start_worker(tracker, url, tmp_path, env=env))
         client = subprocess.Popen(

@@ -28,7 +28,8 @@ def test_a_candidate_that_keeps_losing_phones_is_stored_as_the_culprit():
     from farm.store import open_store
     from farm.store.store import CULPRIT_AFTER
     from tests.unit.test_cache import matmul_mod
-    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.callback import Provenance, RoundCounters, StoreCallback
+    from workers.round.search import TunedWorkload
 
     store = open_store("memory://")
     mod = matmul_mod(16)
@@ -36,8 +37,8 @@ def test_a_candidate_that_keeps_losing_phones_is_stored_as_the_culprit():
     built = BuilderResult("/nonexistent.tar", None)
     lost = RunnerResult(None, "RPCRunner: Timeout, killed after 21 seconds")
     counters = RoundCounters()
-    cb = StoreCallback(store, "wk", Workload(mod), tvm.target.Target({"kind": "llvm"}), "j",
-                       "here", counters)
+    tuned = TunedWorkload("wk", Workload(mod), tvm.target.Target({"kind": "llvm"}))
+    cb = StoreCallback(store, tuned, Provenance("j", "here"), counters)
     from tvm.s_tir.meta_schedule import TaskScheduler
 
     sched = TaskScheduler.create("round-robin")

@@ -58,20 +58,21 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
     from tvm.s_tir import meta_schedule as ms
 
     from workers.round.builder import WarmBuilder
-    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.database import StoreDatabase
-    from workers.round.search import StoreAwareSearch
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     database = StoreDatabase(store, wk, mod)
-    search = StoreAwareSearch(store, wk, database.workload, target, inner=inner, cold=cold)
+    tuned = TunedWorkload(wk, database.workload, target)
+    search = StoreAwareSearch(store, tuned, SearchPlan(cold=cold), inner=inner)
     counters = RoundCounters()
     with tempfile.TemporaryDirectory() as work_dir, tvm_children_without_torch():
         ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
                     num_trials_per_iter=8, builder=BUILDER.setdefault("b", WarmBuilder(1, 60, 64)),
                     runner=ms.runner.LocalRunner(), database=database, cost_model="random",
                     strategy=search, num_tuning_cores=1, task_scheduler="round-robin",
-                    measure_callbacks=[StoreCallback(store, wk, database.workload, target, job,
-                                                     "here", counters)], seed=7)
+                    measure_callbacks=[StoreCallback(store, tuned, Provenance(job, "here"),
+                                                     counters)], seed=7)
     return counters, search
 
 
@@ -156,7 +157,12 @@ def test_the_search_never_hands_out_a_stored_candidate():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.round.search import MAX_KNOWN_BATCHES, StoreAwareSearch, record_of
+    from workers.round.search import (
+        MAX_KNOWN_BATCHES,
+        StoreAwareSearch,
+        TunedWorkload,
+        record_of,
+    )
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -171,7 +177,7 @@ def test_the_search_never_hands_out_a_stored_candidate():
     stored(c[0], 5.0)
     stored(c[2], 0.0, err="culprit")  # crashed phones: must never be handed out again
     inner = FakeInner([[c[0], c[1], c[2], c[3]], [c[0], c[2]], [c[0]]])
-    search = StoreAwareSearch(store, "wk", workload, target, inner=inner)
+    search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), inner=inner)
     fresh = search.generate_measure_candidates()
     assert [candidate_hash(record_of(x, workload, target)) for x in fresh] == [
         candidate_hash(record_of(x, workload, target)) for x in (c[1], c[3])]
@@ -185,7 +191,7 @@ def test_the_search_never_hands_out_a_stored_candidate():
     assert search.generate_measure_candidates() is None
     assert search.counts["skipped"] == 5 and len(inner.notified) == 3
     endless = FakeInner([[c[0]]] * (MAX_KNOWN_BATCHES + 5))
-    assert StoreAwareSearch(store, "wk", workload, target,
+    assert StoreAwareSearch(store, TunedWorkload("wk", workload, target),
                             inner=endless).generate_measure_candidates() is None
     assert len(endless.notified) == MAX_KNOWN_BATCHES
 
@@ -198,14 +204,14 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.round.search import StoreAwareSearch, record_of
+    from workers.round.search import StoreAwareSearch, TunedWorkload, record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
     workload, target = Workload(mod), tvm.target.Target({"kind": "llvm"})
     c = candidates(mod, 2)
     inner = FakeInner([[c[0], c[1], c[0], c[0]]])  # a random batch of a small design space
-    search = StoreAwareSearch(store, "wk", workload, target, inner=inner)
+    search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), inner=inner)
     fresh = search.generate_measure_candidates()
     key = [candidate_hash(record_of(x, workload, target)) for x in fresh]
     assert key == [candidate_hash(record_of(x, workload, target)) for x in (c[0], c[1])]
@@ -220,13 +226,14 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
     and a `stop` hook (workers/round/handoff.py) is asked before every batch after the first."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.search import StoreAwareSearch
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     store, workload, target, c = first_one_stored(6)
     inner = FakeInner([[c[0], c[1], c[2]], [c[3], c[4], c[5]], [c[5]]])
     asked = []
-    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=3,
-                              stop=lambda: asked.append(1) is not None)  # never stops
+    tuned = TunedWorkload("wk", workload, target)
+    search = StoreAwareSearch(store, tuned, SearchPlan(
+        want=3, stop=lambda: asked.append(1) is not None), inner=inner)  # never stops
     first = search.generate_measure_candidates()
     assert len(first) == 2 and not asked  # c1, c2 (c0 is stored); no hook before the first
     search.notify_runner_results(first, [RunnerResult([1e-6], None)] * 2)
@@ -238,7 +245,7 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
     assert search.generate_measure_candidates() is None  # 3 new measured: the round is done
     assert search.counts["fresh"] == 3 and "handed_off" not in search.counts
     # a hook that says stop ends the round before its second batch
-    told = StoreAwareSearch(store, "wk", workload, target, want=8, stop=lambda: True,
+    told = StoreAwareSearch(store, tuned, SearchPlan(want=8, stop=lambda: True),
                             inner=FakeInner([[c[1], c[2]], [c[3], c[4]]]))
     batch = told.generate_measure_candidates()
     told.notify_runner_results(batch, [RunnerResult([1e-6], None)] * len(batch))
@@ -253,13 +260,14 @@ def test_seeds_are_measured_first_once_and_not_told_to_the_search():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.round.search import StoreAwareSearch, record_of
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
 
     store, workload, target, c = first_one_stored(4)
     asked = []
     inner = FakeInner([[c[3]]])
-    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=8,
-                              seed=lambda context: asked.append(context) or [c[0], c[1], c[1], c[2]])
+    search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), SearchPlan(
+        want=8, seed=lambda context: asked.append(context) or [c[0], c[1], c[1], c[2]]),
+        inner=inner)
     search.first = object()  # stands for a cold workload's random first batch
     search._end_first = lambda: setattr(search, "first", None)
     search._inner_active = True
@@ -281,12 +289,19 @@ def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload
 
     from farm.store import StoredRecord, candidate_hash
     from farm.store.candidates import DEFAULT_SCHEDULE
-    from workers.round.search import StoreAwareSearch, baseline_candidate, record_of
+    from workers.round.search import (
+        SearchPlan,
+        StoreAwareSearch,
+        TunedWorkload,
+        baseline_candidate,
+        record_of,
+    )
 
     store, workload, target, c = first_one_stored(6)
     base = candidate_hash(record_of(baseline_candidate(workload), workload, target))
     inner = FakeInner([[c[0], c[1], c[2], c[3]], [c[4], c[5]]])
-    search = StoreAwareSearch(store, "wk", workload, target, inner=inner, want=3, baseline=True)
+    tuned = TunedWorkload("wk", workload, target)
+    search = StoreAwareSearch(store, tuned, SearchPlan(want=3, baseline=True), inner=inner)
     first = search.generate_measure_candidates()
     hashes = [candidate_hash(record_of(x, workload, target)) for x in first]
     assert hashes == [base] + [candidate_hash(record_of(x, workload, target)) for x in c[1:3]]
@@ -301,8 +316,8 @@ def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload
     rec = record_of(first[0], workload, target, [9e-6])
     store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec), record=rec,
                                   run_us=9.0))
-    again = StoreAwareSearch(store, "wk", workload, target, inner=FakeInner([[c[4], c[5]]]),
-                             want=2, baseline=True)
+    again = StoreAwareSearch(store, tuned, SearchPlan(want=2, baseline=True),
+                             inner=FakeInner([[c[4], c[5]]]))
     assert [candidate_hash(record_of(x, workload, target))
             for x in again.generate_measure_candidates()] == [
         candidate_hash(record_of(x, workload, target)) for x in c[4:]]

@@ -1,7 +1,8 @@
 """The Celery side of a worker host: the round task and its continuation.
 
-Process state: each pool process keeps one `WorkerContext` (warm builder,
-runner, TVM) in `_PROCESS`, set up by `worker_process_init`; nothing else is global.
+Process state is one `RoundProcess`, made by `build_app` and handed to the round task and to
+Celery's `worker_process_init`: each pool process keeps its own `WorkerContext` (warm
+builder, runner, TVM) and store client in it; nothing is global.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from celery import signals
 
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PROCESS: dict[str, Any] = {}
-
 
 class TvmChatter(logging.Filter):
     """MetaSchedule prints its INFO and DEBUG lines on stdout, which Celery logs as warnings of
@@ -50,60 +50,70 @@ class TvmChatter(logging.Filter):
 logging.getLogger("celery.redirected").addFilter(TvmChatter())
 
 
+@dataclass
+class RoundProcess:
+    """What the worker's round processes share, set in its main process before the pool
+    forks (the config, the tracker, the node's name, the gate's folder, the Celery app), and
+    what each of them keeps for its whole life: its `WorkerContext` and its store client,
+    made after the fork (`start`), or at the first round (a solo pool, a missed signal)."""
+
+    config: FarmConfig
+    tracker: str
+    node: str
+    app: CeleryApp
+    gate_dir: str | None = None  # the worker's gate (workers/round/gate.py); None: no gate
+    ctx: WorkerContext | None = None
+    store: RecordStore | None = None
+
+    def start(self, **_: object) -> None:
+        """Celery's worker_process_init, in each new pool process: its context, warm."""
+        ctx = self.ctx = self._new_context()
+        self.store = open_store(self.config.store_url)
+        if ctx.gate is not None and not ctx.gate.first_to("warm"):
+            return  # a gated worker warms one process now; the others pay it in their first
+            # round, if the gate ever runs rounds at once (on 2 cores, warming 3 at once is slow)
+        try:
+            ctx.warm()
+        except Exception as e:  # noqa: BLE001 - warming is an optimisation; the round says why
+            log.warning("worker %s: warm-up failed: %s", ctx.host, e)
+
+    def context(self) -> tuple[WorkerContext, RecordStore]:
+        if self.ctx is None or self.store is None:  # solo pool or a missed signal
+            self.ctx = self._new_context()
+            self.store = open_store(self.config.store_url)
+        return self.ctx, self.store
+
+    def _new_context(self) -> WorkerContext:
+        ctx = WorkerContext(config=self.config, tracker=self.tracker, host=self.node)
+        if self.gate_dir:
+            from workers.round.gate import Gate
+
+            ctx.gate = Gate(self.gate_dir, pool=self.config.worker_concurrency)
+        return ctx
+
+
 def build_app(config: FarmConfig, tracker: str, node: str,
               gate_dir: str | None = None) -> CeleryApp:
     """The worker's Celery app; with `gate_dir`, its rounds take slots of the worker's gate
     there (how many run at once follows the measured speeds, workers/round/gate.py)."""
     app = make_app(config)
-    _PROCESS["gate_dir"] = gate_dir
-    _PROCESS["config"] = config
-    _PROCESS["tracker"] = tracker
-    _PROCESS["node"] = node
-    _PROCESS["app"] = app
+    process = RoundProcess(config, tracker, node, app, gate_dir)
+    signals.worker_process_init.connect(process.start, weak=False)
+
+    def round_task(self: CeleryTask, payload: JsonDict) -> JsonDict:
+        return tune_round(process, self, payload)
+
     # max_retries=None: a round waiting for another job's lease retries until the lease is free
     app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-             max_retries=None)(tune_round)
+             max_retries=None)(round_task)
     return app
 
 
-@signals.worker_process_init.connect
-def _warm_process(**_: object) -> None:
-    if "config" not in _PROCESS:
-        return
-    ctx = _new_context()
-    _PROCESS["ctx"] = ctx
-    _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
-    if ctx.gate is not None and not ctx.gate.first_to("warm"):
-        return  # a gated worker warms one process now; the others pay it in their first
-        # round, if the gate ever runs rounds at once (on 2 cores, warming 3 at once is slow)
-    try:
-        ctx.warm()
-    except Exception as e:  # noqa: BLE001 - warming is an optimisation; the round will say why
-        log.warning("worker %s: warm-up failed: %s", ctx.host, e)
-
-
-def _new_context() -> WorkerContext:
-    config = _PROCESS["config"]
-    ctx = WorkerContext(config=config, tracker=_PROCESS["tracker"], host=_PROCESS["node"])
-    if _PROCESS.get("gate_dir"):
-        from workers.round.gate import Gate
-
-        ctx.gate = Gate(_PROCESS["gate_dir"], pool=config.worker_concurrency)
-    return ctx
-
-
-def _context() -> tuple[WorkerContext, RecordStore]:
-    if "ctx" not in _PROCESS:  # solo pool or a missed signal
-        _PROCESS["ctx"] = _new_context()
-        _PROCESS["store"] = open_store(_PROCESS["config"].store_url)
-    return _PROCESS["ctx"], _PROCESS["store"]
-
-
-def tune_round(self: CeleryTask, payload: JsonDict) -> JsonDict:
+def tune_round(process: RoundProcess, task: CeleryTask, payload: JsonDict) -> JsonDict:
     """One round of one workload, fenced (farm/jobs/fence.py): a copy of a round that is done,
     running elsewhere, or no longer the task's current round does not run."""
     req = RoundRequest.from_json(payload)
-    ctx, store = _context()
+    ctx, store = process.context()
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
     current = RoundRequest.from_json(prior.round).logical_id if prior.round else req.logical_id
     if current != req.logical_id or prior.terminal:
@@ -114,7 +124,7 @@ def tune_round(self: CeleryTask, payload: JsonDict) -> JsonDict:
     verdict = fence.enter()
     if verdict == "done":
         if prior.outstanding:  # it ran, but the job did not go on (its worker died)
-            continue_job(_PROCESS["app"], store, req, RoundResult(
+            continue_job(process.app, store, req, RoundResult(
                 job_id=req.job_id, workload_key=req.workload_key, round_index=req.round_index,
                 host=ctx.host, measured=0, valid=0, skipped=True))
         return {"skipped": "done"}
@@ -133,7 +143,7 @@ def tune_round(self: CeleryTask, payload: JsonDict) -> JsonDict:
             # its process died before it began tuning (waiting for a slot or a phone): it runs
             # again, a retry (one that had begun counts when it begins again: measure.py)
             best_effort(store.count_measurements, req.job_id, req.workload_key, retries=1)
-        result = _run(self, ctx, store, req, fence)
+        result = _run(task, ctx, store, req, fence)
         if result is None:
             return {"skipped": "stale"}
         done = True
@@ -141,7 +151,7 @@ def tune_round(self: CeleryTask, payload: JsonDict) -> JsonDict:
         finished = fence.exit(done)
     if not finished:  # fenced out: the copy that holds the round moves the job on
         return {"skipped": "fenced out"}
-    continue_job(_PROCESS["app"], store, req, result)
+    continue_job(process.app, store, req, result)
     if result.handed_off:  # stay busy a moment: the idle host, not this one, takes the rest
         time.sleep(HOLD_S)
     return result.to_json()

@@ -12,9 +12,11 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.core.aliases import CeleryApp
+from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, best_effort
 from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
@@ -29,23 +31,36 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class WorkerHost:
+    """A worker host as its heartbeat tells it: its node name, its tracker, the queues it
+    consumes when it starts, and whether they follow the keys of the tracker's phones (no
+    --keys given)."""
+
+    node: str
+    tracker: str
+    queues: frozenset[str]
+    follow_tracker: bool
+
+
 class Heartbeat(threading.Thread):
-    def __init__(self, app: CeleryApp, store: RecordStore, name: str, tracker: str, queues: set[str],
-                 follow_tracker: bool, ttl_s: int, interval_s: float | None = None,
-                 grace_s: float = 300.0, gate: Gate | None = None) -> None:
-        super().__init__(name=f"heartbeat-{name}", daemon=True)
+    def __init__(self, app: CeleryApp, store: RecordStore, host: WorkerHost, config: FarmConfig,
+                 gate: Gate | None = None, interval_s: float | None = None) -> None:
+        super().__init__(name=f"heartbeat-{host.node}", daemon=True)
         self.app = app
         self.store = store  # thread-safe: redis-py's client pools its connections
-        self.node = name
-        self.tracker = tracker
-        self.queues = set(queues)
-        self.follow = follow_tracker
-        self.ttl_s = ttl_s
-        self.interval_s = interval_s if interval_s is not None else max(1.0, ttl_s / 3)
+        self.node = host.node
+        self.tracker = host.tracker
+        self.queues = set(host.queues)
+        self.follow = host.follow_tracker
+        self.ttl_s = config.host_ttl_s  # a beat expires after this
+        self.interval_s = interval_s if interval_s is not None else max(1.0, self.ttl_s / 3)
         self.started_at = time.time()
         self.counted_at = time.monotonic()  # phones' work time is counted up to here
-        self.grace_s = grace_s  # a key's queue is kept this long after its last phone left
-        self.last_seen: dict[str, float] = {q: time.time() for q in queues}
+        # a key's queue is kept this long after its last phone left (a round that starts
+        # meanwhile waits that long for a phone)
+        self.grace_s = config.device_wait_s
+        self.last_seen: dict[str, float] = {q: time.time() for q in host.queues}
         self.gate = gate  # workers/round/gate.py: the rounds of each key running now
         self.stopping = threading.Event()
 

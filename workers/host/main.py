@@ -42,7 +42,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         check_name_free(store, name, config.host_ttl_s)
     from farm.jobs.supervisor import Supervisor
     from workers.host.app import build_app
-    from workers.host.heartbeat import Heartbeat
+    from workers.host.heartbeat import Heartbeat, WorkerHost
     from workers.round.gate import Gate
 
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
@@ -52,9 +52,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     app = build_app(config, tracker, name, gate_dir=gate_dir)
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
-    beat = Heartbeat(app, store, name, tracker, queues,
-                     follow_tracker=not explicit_keys, ttl_s=config.host_ttl_s,
-                     grace_s=config.device_wait_s,
+    beat = Heartbeat(app, store, WorkerHost(name, tracker, frozenset(queues),
+                                            follow_tracker=not explicit_keys), config,
                      gate=Gate(gate_dir, config.worker_concurrency) if gate_dir else None)
     beat.beat()
     beat.start()

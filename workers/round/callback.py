@@ -12,23 +12,25 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tvm import __version__ as TVM_VERSION
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.database import Workload
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from farm.core.failures import brief
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import CULPRIT_AFTER, valid_secs
-from workers.round.runner import classify_run_error
-from workers.round.search import record_of
+from workers.round.runner import BoundedRPCRunner, classify_run_error
+from workers.round.search import TunedWorkload
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,19 @@ class RoundCounters:
     batches: int = 0
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """Where a round's measurements come from, as its records and its phones' spans say: the
+    job and the host (the worker) that measured them, and for the spans the device key, the
+    task's name and the round's id."""
+
+    job_id: str
+    host: str
+    device_key: str = ""
+    task: str = ""
+    round_id: str = ""
+
+
 def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, list[float] | None]:
     """(error class, error message, run seconds) of one candidate's build and run."""
     if built.error_msg:
@@ -63,20 +78,19 @@ def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, l
 
 @derived_object
 class StoreCallback(PyMeasureCallback):
-    def __init__(self, store: RecordStore, workload_key: str, workload: Workload, target,
-                 job_id: str, host: str, counters: RoundCounters, on_progress=None,
-                 runner=None, span_fields: dict[str, str] | None = None) -> None:
+    def __init__(self, store: RecordStore, tuned: TunedWorkload, provenance: Provenance,
+                 counters: RoundCounters,
+                 on_progress: Callable[[RoundCounters], None] | None = None,
+                 runner: BoundedRPCRunner | None = None) -> None:
         super().__init__()
         self.store = store
-        self.workload_key = workload_key
-        self.workload = workload
-        self.target = target
-        self.job_id = job_id
-        self.host = host
+        self.tuned = tuned
+        self.workload_key = tuned.key
+        self.provenance = provenance
         self.counters = counters
         self.on_progress = on_progress
-        self.runner = runner  # its `started` times the batch's measurement
-        self.span_fields = span_fields  # key, task, batch (the round id): the phones' spans
+        # its `started` times the batch's measurement; its phone log, which phone measured what
+        self.runner = runner
 
     def _device_lost(self, candidate: str, error_msg: str) -> int:
         """A run sent to a phone that went away: counted (it is not stored; a culprit is, and
@@ -84,7 +98,8 @@ class StoreCallback(PyMeasureCallback):
         c = self.counters
         try:
             lost = self.store.note_device_lost(self.workload_key, candidate)
-            self.store.count_measurements(self.job_id, self.workload_key, device_lost=1,
+            self.store.count_measurements(self.provenance.job_id, self.workload_key,
+                                          device_lost=1,
                                           measurements=1 if lost < CULPRIT_AFTER else 0)
         except Exception as e:
             c.store_error = e
@@ -100,23 +115,23 @@ class StoreCallback(PyMeasureCallback):
 
     def _note_phones(self, builder_results: list[BuilderResult], outcomes: list[str]) -> None:
         """Which phone measured each candidate of the batch, when, and how it ended."""
-        log_ = getattr(self.runner, "phone_log", None)
-        if log_ is None or self.span_fields is None:
+        if self.runner is None:
             return
+        log_, p = self.runner.phone_log, self.provenance
         self.counters.batches += 1
-        fields = dict(self.span_fields)
-        fields["batch"] = f"{fields.get('batch', '')}#{self.counters.batches}"
         spans = log_.spans([None if b.error_msg else b.artifact_path for b in builder_results],
-                           outcomes, job_id=self.job_id, workload_key=self.workload_key,
-                           worker=self.host, **fields)
+                           outcomes, job_id=p.job_id, workload_key=self.workload_key,
+                           worker=p.host, key=p.device_key, task=p.task,
+                           batch=f"{p.round_id}#{self.counters.batches}")
         try:
             log_.commit(self.store, spans)
         except Exception as e:
             self.counters.store_error = e
             raise
 
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
-              runner_results) -> None:
+    def apply(self, task_scheduler: TaskScheduler, task_id: int,
+              measure_candidates: list[MeasureCandidate], builder_results: list[BuilderResult],
+              runner_results: list[RunnerResult]) -> None:
         c = self.counters
         if self.runner is not None and self.runner.started:
             c.measure_s += time.monotonic() - self.runner.started
@@ -125,7 +140,7 @@ class StoreCallback(PyMeasureCallback):
         self._note_phones(builder_results, [o[0] or "ok" for o in outcomes])
         for cand, (error_class, error_msg, run_secs) in zip(measure_candidates, outcomes,
                                                            strict=True):
-            record = record_of(cand, self.workload, self.target, run_secs)
+            record = self.tuned.record(cand, run_secs)
             if error_class == "device_lost":
                 lost = self._device_lost(candidate_hash(record), error_msg)
                 if lost < CULPRIT_AFTER:
@@ -136,8 +151,8 @@ class StoreCallback(PyMeasureCallback):
             stored = StoredRecord(
                 workload_key=self.workload_key, candidate=candidate_hash(record), record=record,
                 run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
-                job_id=self.job_id, host=self.host, measured_at=time.time(),
-                source="job", tvm=TVM_VERSION,
+                job_id=self.provenance.job_id, host=self.provenance.host,
+                measured_at=time.time(), source="job", tvm=TVM_VERSION,
             )
             try:
                 added = self.store.add_record(stored)

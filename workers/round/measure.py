@@ -31,6 +31,7 @@ from workers.round.handoff import checker
 
 if TYPE_CHECKING:
     from workers.round.callback import RoundCounters
+    from workers.round.search import RoundFacts, StoreAwareSearch
 
 log = logging.getLogger(__name__)
 BATCH = 16  # candidates per build/measure batch inside a round
@@ -218,38 +219,36 @@ def _tune(rnd: Round) -> RoundResult:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.costmodel import round_model
     from workers.round.database import StoreDatabase
-    from workers.round.search import round_search
+    from workers.round.search import RoundFacts, TunedWorkload, round_search
 
-    ctx, store, req, task, trials = rnd.ctx, rnd.store, rnd.req, rnd.task, rnd.trials
+    ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
     profile = ctx.profile(req.device_key)
     phones = _start(rnd, profile)
     mod = load_mod(task)
     intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
     target = tvm.target.Target(task.target)
     single = has_single_schedule(mod, target)
-    if single:
-        trials = 1  # one possible schedule: measure it once, never spin a search on it
+    # one possible schedule: measure it once, never spin a search on it
+    trials = 1 if single else rnd.trials
     database = StoreDatabase(store, req.workload_key, mod)
+    tuned = TunedWorkload(req.workload_key, database.workload, target)
     threads = ctx.search_threads(profile)
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, database.workload, target, threads)  # ranked_by "": the first batch
-    search = round_search(store, task, database.workload, target, trials, single, learned,
-                          ranked_by, ctx.config, stop=checker(ctx, store, req))
+    facts = RoundFacts(trials, single, learned, ranked_by)
+    search = round_search(store, task, tuned, facts, ctx.config, stop=checker(ctx, store, req))
     counters, work_dir = RoundCounters(), tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
-    spans = {"key": req.device_key, "task": task.name, "batch": req.round_id}  # phones' time
-    callback = StoreCallback(store, req.workload_key, database.workload, target, req.job_id,
-                             ctx.host, counters, rnd.on_progress, runner, span_fields=spans)
+    # the runner: the batches' time on the phones, and which phone measured what
+    callback = StoreCallback(store, tuned, Provenance(req.job_id, ctx.host, req.device_key,
+                                                      task.name, req.round_id),
+                             counters, rnd.on_progress, runner)
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
-    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
-             "%d phones, %d search threads%s)", req.round_index + 1, task.name, ctx.host,
-             trials, req.target_trials - rnd.missing, learned, ", cold: first batch at random"
-             if search.cold else f", ranked by {ranked_by}" if ranked_by else "", phones, threads,
-             f", {len(search.verify)} imported records to verify" if search.verify else "")
+    _log_start(rnd, facts, search, phones, threads)
     try:
         ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=2 * trials,  # search stops at `trials` new
@@ -269,7 +268,18 @@ def _tune(rnd: Round) -> RoundResult:
         runner.set_reference(None)
         runner.turns.end()  # a batch the round abandoned holds no other round's measurements
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _result(rnd, counters, search.counts, trials, single, ranked_by)
+    return _result(rnd, counters, search.counts, facts)
+
+
+def _log_start(rnd: Round, facts: RoundFacts, search: StoreAwareSearch, phones: int,
+               threads: int) -> None:
+    req, ranked_by = rnd.req, facts.ranked_by
+    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
+             "%d phones, %d search threads%s)", req.round_index + 1, rnd.task.name, rnd.ctx.host,
+             facts.trials, req.target_trials - rnd.missing, facts.learned,
+             ", cold: first batch at random"
+             if search.cold else f", ranked by {ranked_by}" if ranked_by else "", phones, threads,
+             f", {len(search.verify)} imported records to verify" if search.verify else "")
 
 
 def _start(rnd: Round, profile: DeviceProfile) -> int:
@@ -303,8 +313,8 @@ def _reference(mod: IRModule, target: Target, profile: DeviceProfile, work_dir: 
         return None
 
 
-def _result(rnd: Round, counters: RoundCounters, counts: dict[str, int], trials: int,
-            single: bool, ranked_by: str = "") -> RoundResult:
+def _result(rnd: Round, counters: RoundCounters, counts: dict[str, int],
+            facts: RoundFacts) -> RoundResult:
     ctx, req, task = rnd.ctx, rnd.req, rnd.task
     skipped = counts["skipped"]
     log.info("round %s of %s on %s: %d new records (%d valid, %d seeded from relatives, %d "
@@ -313,9 +323,9 @@ def _result(rnd: Round, counters: RoundCounters, counts: dict[str, int], trials:
              counts.get("seeded", 0), skipped, counters.duplicates,
              counters.device_lost, f"{counters.best_us:.1f}" if counters.best_us else "-")
     return replace(
-        rnd.result(measured=counters.new, valid=counters.valid), requested=trials,
-        duplicates=counters.duplicates, skipped_stored=skipped, single_schedule=single,
+        rnd.result(measured=counters.new, valid=counters.valid), requested=facts.trials,
+        duplicates=counters.duplicates, skipped_stored=skipped, single_schedule=facts.single,
         failures=dict(counters.failures), errors=dict(counters.errors),
         device_lost=counters.device_lost, best_us=counters.best_us,
-        measure_s=counters.measure_s, ranked_by=ranked_by,
+        measure_s=counters.measure_s, ranked_by=facts.ranked_by,
         handed_off=bool(counts.get("handed_off")))

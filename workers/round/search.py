@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
@@ -67,11 +68,60 @@ def record_of(cand: MeasureCandidate, workload: Workload, target: Target,
                         cand.args_info).as_json()
 
 
+@dataclass(frozen=True)
+class TunedWorkload:
+    """The workload a round tunes: its key in the store, MetaSchedule's `Workload` of it (its
+    TIR) and the target. With a candidate they make the candidate's record."""
+
+    key: str
+    workload: Workload
+    target: Target
+
+    def record(self, cand: MeasureCandidate, run_secs: list[float] | None = None) -> JsonList:
+        return record_of(cand, self.workload, self.target, run_secs)
+
+
 # a batch of the search: its candidates, those stored (index -> record), its twins (index -> the
 # earlier index) and the indices measured
 Batch = tuple[list[MeasureCandidate], dict[int, StoredRecord], dict[int, int], list[int]]
 # the first candidates of a new workload, made from the round's TuneContext (transfer.py)
 Seeds = Callable[[TuneContext], list[MeasureCandidate]]
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a round asks of its search, around MetaSchedule's own strategy:
+
+    - `want`: new candidates to measure (0: as many as the search proposes); the search is
+      given more trials than this (measure.py), as stored proposals use up its trials;
+    - `cold`: a cold workload: its first batch sampled at random;
+    - `verify`: untrusted stored records to measure before the search starts (their own batch);
+    - `seed`: makes the first candidates from the round's TuneContext (transfer.py);
+    - `baseline`: TVM's default schedule is measured with the first batch;
+    - `stop`: asked before every batch after the first: True ends the round there (handoff.py);
+    - `tvm_version`: the TVM measuring (a record of another version is not trusted).
+    """
+
+    want: int = 0
+    cold: bool = False
+    verify: list[StoredRecord] = field(default_factory=list)
+    seed: Seeds | None = None
+    baseline: bool = False
+    stop: Callable[[], bool] | None = None
+    tvm_version: str = ""
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """What a round knows when it starts its search: the new candidates it wants (`trials`),
+    whether its workload has one possible schedule (`single`), what ranks its candidates
+    (`ranked_by`: "" for a cold workload) and how many records that model `learned` from."""
+
+    trials: int
+    single: bool = False
+    learned: int = 0
+    ranked_by: str = ""
+
 
 UNMEASURED = RunnerResult(run_secs=None, error_msg="not measured: the round had its trials")
 
@@ -116,41 +166,30 @@ def evolutionary(population: int = 512) -> SearchStrategy:
 
 @derived_object
 class StoreAwareSearch(PySearchStrategy):
-    def __init__(self, store: RecordStore, workload_key: str, workload: Workload,
-                 target: Target, inner: SearchStrategy | None = None,
-                 counts: dict[str, int] | None = None, cold: bool = False,
-                 verify: list[StoredRecord] | None = None, tvm_version: str = "",
-                 stop: Callable[[], bool] | None = None, want: int = 0,
-                 seed: Seeds | None = None, baseline: bool = False) -> None:
+    def __init__(self, store: RecordStore, tuned: TunedWorkload, plan: SearchPlan | None = None,
+                 inner: SearchStrategy | None = None,
+                 counts: dict[str, int] | None = None) -> None:
         super().__init__()
+        plan = plan if plan is not None else SearchPlan()
         self.store = store
-        self.workload_key = workload_key
-        self.workload = workload
-        self.target = target
+        self.tuned = tuned
         self.inner = inner if inner is not None else evolutionary()
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0, "fresh": 0}
-        # new candidates the round measures (0: as many as the search proposes); the search
-        # is given more trials than this (measure.py), as stored proposals use up its trials
-        self.want = want
-        # asked before every batch after the first: True ends the round there (workers/round/handoff.py)
-        self.stop = stop
+        self.want, self.stop, self.tvm_version = plan.want, plan.stop, plan.tvm_version
         self._batch: Batch | None = None
-        self.cold = cold
+        self.cold = plan.cold
         # the random first batch of a cold workload; dropped once its results are in
-        self.first = SearchStrategy.create("replay-trace") if cold else None
+        self.first = SearchStrategy.create("replay-trace") if plan.cold else None
         self._from_first = False
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
-        # untrusted stored records to measure before the search starts (their own batch)
-        self.verify = list(verify or [])
-        self.tvm_version = tvm_version
+        self.verify = list(plan.verify)  # measured first, then dropped
         self._own_batch = False  # the batch is verify records or seeds: not the search's
-        # a function of the TuneContext making the first candidates (workers/round/transfer.py)
-        self.seed = seed
+        self.seed = plan.seed  # used once
         self.context: TuneContext | None = None
         # TVM's default schedule still to measure with the first batch (once per workload)
-        self.baseline = baseline
+        self.baseline = plan.baseline
         self._lead = 0  # candidates ahead of the search's in the batch (the default schedule)
 
     def _initialize_with_tune_context(self, context: TuneContext) -> None:
@@ -212,12 +251,12 @@ class StoreAwareSearch(PySearchStrategy):
         twins: dict[int, int] = {}
         first: dict[str, int] = {}
         for i, cand in enumerate(cands):
-            h = candidate_hash(record_of(cand, self.workload, self.target))
+            h = candidate_hash(self.tuned.record(cand))
             if h in first:
                 twins[i] = first[h]
                 continue
             first[h] = i
-            rec = self.store.get_record(self.workload_key, h)
+            rec = self.store.get_record(self.tuned.key, h)
             if rec is not None and rec.trusted(self.tvm_version):
                 known[i] = rec
         return known, twins
@@ -229,11 +268,11 @@ class StoreAwareSearch(PySearchStrategy):
         try:
             made = make(self.context)
         except Exception as e:  # noqa: BLE001 - seeds are a head start, never a must
-            log.warning("workload %s: no seeds from its relatives: %s", self.workload_key, e)
+            log.warning("workload %s: no seeds from its relatives: %s", self.tuned.key, e)
             return []
         for cand in made:
-            h = candidate_hash(record_of(cand, self.workload, self.target))
-            if h not in seen and self.store.get_record(self.workload_key, h) is None:
+            h = candidate_hash(self.tuned.record(cand))
+            if h not in seen and self.store.get_record(self.tuned.key, h) is None:
                 seen.add(h)
                 out.append(cand)
         return out[:left]
@@ -243,11 +282,11 @@ class StoreAwareSearch(PySearchStrategy):
         out = []
         for rec in self.verify:
             try:
-                out.append(tuning_record(rec, self.workload)
+                out.append(tuning_record(rec, self.tuned.workload)
                            .as_measure_candidate())
             except Exception as e:  # noqa: BLE001 - a record that does not apply is skipped
                 log.warning("workload %s: stored record %s cannot be measured again: %s",
-                            self.workload_key, rec.candidate, e)
+                            self.tuned.key, rec.candidate, e)
         self.verify = []
         return out
 
@@ -256,7 +295,7 @@ class StoreAwareSearch(PySearchStrategy):
             cands = self._verify_batch()
             if cands:
                 log.info("workload %s: measuring %d imported or other-TVM records first",
-                         self.workload_key, len(cands))
+                         self.tuned.key, len(cands))
                 self._own_batch = True
                 self._batch = (cands, {}, {}, list(range(len(cands))))
                 return cands
@@ -294,7 +333,7 @@ class StoreAwareSearch(PySearchStrategy):
                 return lead + [cands[i] for i in fresh]
             self._tell(cands, [stored_result(known[twins.get(i, i)]) for i in range(len(cands))])
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
-                 "ending the round", self.workload_key, MAX_KNOWN_BATCHES)
+                 "ending the round", self.tuned.key, MAX_KNOWN_BATCHES)
         return None
 
     def _baseline(self) -> list[MeasureCandidate]:
@@ -303,12 +342,12 @@ class StoreAwareSearch(PySearchStrategy):
             return []
         self.baseline = False
         try:
-            if self.store.get_record(self.workload_key, DEFAULT_SCHEDULE) is not None:
+            if self.store.get_record(self.tuned.key, DEFAULT_SCHEDULE) is not None:
                 return []
-            cand = baseline_candidate(self.workload)
+            cand = baseline_candidate(self.tuned.workload)
         except Exception as e:  # noqa: BLE001 - a comparison, never a must
             log.warning("workload %s: its default schedule is not measured: %s",
-                        self.workload_key, e)
+                        self.tuned.key, e)
             return []
         return [cand]
 
@@ -329,15 +368,14 @@ class StoreAwareSearch(PySearchStrategy):
         self._tell(cands, full)
 
     def clone(self) -> StoreAwareSearch:
-        return StoreAwareSearch(self.store, self.workload_key, self.workload, self.target,
-                                self.inner.clone(), self.counts, self.cold, self.verify,
-                                self.tvm_version, self.stop, self.want, self.seed,
-                                self.baseline)
+        """A twin sharing the counts, with what is left of the plan."""
+        left = SearchPlan(want=self.want, cold=self.cold, verify=self.verify, seed=self.seed,
+                          baseline=self.baseline, stop=self.stop, tvm_version=self.tvm_version)
+        return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
 
 
-def round_search(store: RecordStore, task: TuneTask, workload: Workload, target: Target,
-                 trials: int, single: bool, learned: int, ranked_by: str, config: FarmConfig,
-                 stop: Callable[[], bool] | None = None) -> StoreAwareSearch:
+def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts: RoundFacts,
+                 config: FarmConfig, stop: Callable[[], bool] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
     (workers/round/transfer.py), imported records verified first; on a CPU, TVM's default schedule
@@ -346,12 +384,13 @@ def round_search(store: RecordStore, task: TuneTask, workload: Workload, target:
 
     from workers.round.transfer import seeds
 
-    return StoreAwareSearch(store, task.workload_key, workload, target,
-                            inner=evolutionary(config.search_population),
-                            cold=not ranked_by and not single,  # ... is sampled at random
-                            verify=[] if single else to_verify(store, task.workload_key),
-                            tvm_version=tvm.__version__, stop=stop, want=trials,
-                            seed=None if single or learned else seeds(store, task,
-                                                                      config.transfer_seeds),
-                            baseline=not single and str(target.kind.name) == "llvm")
+    single = facts.single
+    plan = SearchPlan(
+        want=facts.trials,
+        cold=not facts.ranked_by and not single,  # ... is sampled at random
+        verify=[] if single else to_verify(store, task.workload_key),
+        seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
+        baseline=not single and str(tuned.target.kind.name) == "llvm",
+        stop=stop, tvm_version=tvm.__version__)
+    return StoreAwareSearch(store, tuned, plan, inner=evolutionary(config.search_population))
 
