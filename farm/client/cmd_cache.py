@@ -27,7 +27,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 def _cache_verify(args: argparse.Namespace) -> int:
     """Measure the stored bests again on a phone of the key and print the drift."""
     from farm.pipeline.job import tuned_profile
-    from farm.store import open_store
+    from farm.store import configured_store
     from workers.round.verify import DRIFT_WARN, verify_bests
 
     config = config_of(args, broker_url=args.broker, device_key=args.device_key)
@@ -44,7 +44,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         from farm.local.embedded import embedded_farm
 
         with embedded_farm(config) as farm:
-            store = open_store(farm.broker_url)
+            store = configured_store(config, farm.broker_url)
             try:
                 rows = verify_bests(store, args.tracker or farm.tracker, profile, config, wks)
             finally:

@@ -37,7 +37,7 @@ from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writabl
 from farm.pipeline.reader import load_apart
 from farm.pipeline.summary import JobOutcome, default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
-from farm.store import TaskState, open_store
+from farm.store import TaskState, configured_store
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
 
     if not config.broker_url:
         return system_cpu()
-    store = open_store(config.store_url)
+    store = configured_store(config)
     try:
         found = cpu_for_key(store.hosts(), config.device_key)
     finally:

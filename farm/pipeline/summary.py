@@ -87,7 +87,7 @@ def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]
     """Workload key -> the measured run time of TVM's default schedule, where the store has it."""
     out = {}
     for task in tasks:
-        rec = store.get_record(task.workload_key, DEFAULT_SCHEDULE)
+        rec = store.entry(task.workload_key, DEFAULT_SCHEDULE)
         if rec is not None and rec.valid and rec.run_us is not None:
             out[task.workload_key] = float(rec.run_us)
     return out

@@ -36,7 +36,8 @@ VICTIMS = ("redis", "tracker", "phone-cpu-local-1", "worker")  # killed mid-job 
 def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("farm-home")
     out = tmp_path_factory.mktemp("runs") / "first"
-    env = {**os.environ, "FARM_HOME": str(home), "FARM_HOST_TTL_S": "6"}  # a dead worker's lease
+    # a dead worker's lease; 2 whole records per workload in Redis, the rest in the archive
+    env = {**os.environ, "FARM_HOME": str(home), "FARM_HOST_TTL_S": "6", "FARM_HOT_RECORDS": "2"}
     env.pop("FARM_BROKER_URL", None)
     popen = subprocess.Popen([sys.executable, "-m", "farm", "submit",
                               str(example_models / "resnet.pt2"), "--trials-per-task", "4",
@@ -212,3 +213,21 @@ def test_resubmit_measures_nothing(first_run, example_models: Path, tmp_path: Pa
     first_job = json.loads((first_out / "summary.json").read_text())["job_id"]
     assert f"Against job {first_job}" in page
     assert page.count("<td>1.00</td>") >= sum(1 for us in before.values() if us)
+
+
+def test_records_past_the_hot_ones_are_archived_and_exported(first_run, tmp_path: Path):
+    """With 2 whole records per workload in Redis (the job above), every other record left
+    for the archive ($FARM_HOME/archive): the job still finished, its resubmit still measured
+    nothing (test_resubmit_measures_nothing), and export --all gives every record back."""
+    home, _, first, _ = first_run
+    assert first.returncode == 0
+    stats = run_farm(["cache", "stats"], home)
+    assert stats.returncode == 0, stats.stderr[-3000:]
+    counts = json.loads(stats.stdout)
+    assert counts["trials"] > counts["whole_in_redis"] + counts["workloads"]
+    out = tmp_path / "every"
+    proc = run_farm(["cache", "export", str(out), "--all"], home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = (out / "database_tuning_record.json").read_text().splitlines()
+    assert len(rows) == counts["trials"], proc.stdout
+    assert list((home / "archive").rglob("*.jsonl.zst")), "nothing reached the archive"

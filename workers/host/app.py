@@ -23,7 +23,7 @@ from farm.jobs import finalize as finalize_stage
 from farm.jobs.advance import continue_job
 from farm.jobs.dispatch import ROUND_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
-from farm.store import RecordStore, StoreUnavailable, TaskState, open_store
+from farm.store import RecordStore, StoreUnavailable, TaskState, configured_store
 from farm.store.store import updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import HOLD_S
@@ -68,7 +68,7 @@ class RoundProcess:
     def start(self, **_: object) -> None:
         """Celery's worker_process_init, in each new pool process: its context, warm."""
         ctx = self.ctx = self._new_context()
-        self.store = open_store(self.config.store_url)
+        self.store = configured_store(self.config)
         if ctx.gate is not None and not ctx.gate.first_to("warm"):
             return  # a gated worker warms one process now; the others pay it in their first
             # round, if the gate ever runs rounds at once (on 2 cores, warming 3 at once is slow)
@@ -80,7 +80,7 @@ class RoundProcess:
     def context(self) -> tuple[WorkerContext, RecordStore]:
         if self.ctx is None or self.store is None:  # solo pool or a missed signal
             self.ctx = self._new_context()
-            self.store = open_store(self.config.store_url)
+            self.store = configured_store(self.config)
         return self.ctx, self.store
 
     def _new_context(self) -> WorkerContext:

@@ -17,7 +17,7 @@ from farm.core.errors import ServiceError
 from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
 from farm.jobs.dispatch import queue_for
-from farm.store import RecordStore, open_broker, open_store
+from farm.store import RecordStore, configured_store, open_broker
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     if not config.broker_url:
         raise ServiceError("no broker configured", subject="farm worker",
                            hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
-    store = open_store(config.store_url)  # one client for the heartbeat, supervisor, metrics
+    store = configured_store(config)  # one client for the heartbeat, supervisor, metrics
     store.ping()
     found = tracker_mod.phones(tracker)  # raises with the address and how to check it
     explicit_keys = bool(keys)
@@ -61,6 +61,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     supervisor = Supervisor(app, store, broker, name,
                             interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))
+    supervisor.retention_days = config.archive_retention_days
     supervisor.start()
     if config.metrics_port:
         from workers.host.metrics import serve

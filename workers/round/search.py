@@ -53,7 +53,7 @@ from farm.core.config import FarmConfig
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
-from farm.store.store import FAILED_RUN_SECS
+from farm.store.store import FAILED_RUN_SECS, Entry
 from workers.round.database import tuning_record
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class TunedWorkload:
 
 # a batch of the search: its candidates, those stored (index -> record), its twins (index -> the
 # earlier index) and the indices measured
-Batch = tuple[list[MeasureCandidate], dict[int, StoredRecord], dict[int, int], list[int]]
+Batch = tuple[list[MeasureCandidate], dict[int, Entry], dict[int, int], list[int]]
 # the first candidates of a new workload, made from the round's TuneContext (transfer.py)
 Seeds = Callable[[TuneContext], list[MeasureCandidate]]
 
@@ -126,7 +126,7 @@ class RoundFacts:
 UNMEASURED = RunnerResult(run_secs=None, error_msg="not measured: the round had its trials")
 
 
-def stored_result(rec: StoredRecord) -> RunnerResult:
+def stored_result(rec: StoredRecord | Entry) -> RunnerResult:
     if rec.valid:
         return RunnerResult(run_secs=[float(rec.run_us) * 1e-6], error_msg=None)  # type: ignore[arg-type]
     return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
@@ -241,13 +241,14 @@ class StoreAwareSearch(PySearchStrategy):
         else:
             self.inner.notify_runner_results(cands, results)
 
-    def _sort(self, cands: list[MeasureCandidate]) -> tuple[dict[int, StoredRecord],
+    def _sort(self, cands: list[MeasureCandidate]) -> tuple[dict[int, Entry],
                                                              dict[int, int]]:
-        """The batch's stored candidates (index -> record), and its twins: a candidate the
+        """The batch's stored candidates (index -> its entry), and its twins: a candidate the
         same batch proposed earlier (index -> the earlier index). A random batch of a small
         design space often holds the same schedule twice; it is measured once. A stored
-        record the farm does not trust is not known: it is measured again."""
-        known: dict[int, StoredRecord] = {}
+        record the farm does not trust is not known: it is measured again. (Its entry says:
+        its whole record may be in the archive.)"""
+        known: dict[int, Entry] = {}
         twins: dict[int, int] = {}
         first: dict[str, int] = {}
         for i, cand in enumerate(cands):
@@ -256,9 +257,9 @@ class StoreAwareSearch(PySearchStrategy):
                 twins[i] = first[h]
                 continue
             first[h] = i
-            rec = self.store.get_record(self.tuned.key, h)
-            if rec is not None and rec.trusted(self.tvm_version):
-                known[i] = rec
+            entry = self.store.entry(self.tuned.key, h)
+            if entry is not None and entry.trusted(self.tvm_version):
+                known[i] = entry
         return known, twins
 
     def _seed_batch(self, make: Seeds, left: int) -> list[MeasureCandidate]:
@@ -272,7 +273,7 @@ class StoreAwareSearch(PySearchStrategy):
             return []
         for cand in made:
             h = candidate_hash(self.tuned.record(cand))
-            if h not in seen and self.store.get_record(self.tuned.key, h) is None:
+            if h not in seen and not self.store.has_candidate(self.tuned.key, h):
                 seen.add(h)
                 out.append(cand)
         return out[:left]
@@ -342,7 +343,7 @@ class StoreAwareSearch(PySearchStrategy):
             return []
         self.baseline = False
         try:
-            if self.store.get_record(self.tuned.key, DEFAULT_SCHEDULE) is not None:
+            if self.store.has_candidate(self.tuned.key, DEFAULT_SCHEDULE):
                 return []
             cand = baseline_candidate(self.tuned.workload)
         except Exception as e:  # noqa: BLE001 - a comparison, never a must
