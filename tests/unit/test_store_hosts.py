@@ -91,3 +91,16 @@ def test_a_phone_lost_too_often_within_the_window_is_set_aside(store):
     assert store.phone_lost("k", "p:1", at=1090.0, **args) == 1390.0  # 1070, 1080, 1090
     assert {s.phone: s.aside_until for s in store.phone_stats()} == {"p:1": 1390.0}
     assert store.phone_lost("k", "p:1", at=1095.0, **args) == 0.0  # counting starts again
+
+
+def test_spans_of_the_layout_before_are_read_with_the_new(clean_redis):
+    from farm.core import keys
+    from farm.store import open_store
+
+    store = open_store(clean_redis)
+    store.r.rpush(keys.job_phone_spans("j1"), span("10.0.0.9:9000", 90.0, 91.0).dumps())
+    store.note_phone_spans([span("10.0.0.1:9000", 100.0, 101.5),
+                            span("10.0.0.2:9000", 100.0, 100.25)])
+    assert [s.start for s in store.job_phone_spans("j1")] == [90.0, 100.0, 100.0]
+    assert store.r.llen(keys.job_phone_spans("j1")) == 2  # a batch is one item
+    store.close()
