@@ -25,9 +25,11 @@ from farm.store.learned import model_key
 from farm.store.packing import (
     entry_of,
     pack,
+    pack_features,
     parse_entry,
     squeeze,
     unpack,
+    unpack_features,
     unsqueeze,
     unsqueeze_bytes,
     zdict_of,
@@ -111,12 +113,13 @@ class RedisRecords:
         return sorted(self.r.smembers(keys.model_workloads(mkey)))
 
     def put_features(self, wk: str, features: dict[str, str]) -> None:
-        if features:  # base64 text of zlib's output: a quarter smaller as bytes again
-            self.rb.hset(keys.features(wk), mapping={k: squeeze(v) if v else b""
+        if features:  # float16 bytes (packing.pack_features)
+            self.rb.hset(keys.features(wk), mapping={k: pack_features(v)
                                                      for k, v in features.items()})
 
     def features(self, wk: str) -> dict[str, str]:
-        return {k.decode(): unsqueeze(v) for k, v in self.rb.hgetall(keys.features(wk)).items()}
+        return {k.decode(): unpack_features(v)
+                for k, v in self.rb.hgetall(keys.features(wk)).items()}
 
     def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
         pipe = self.rb.pipeline(transaction=True)

@@ -163,3 +163,23 @@ def test_a_store_of_the_layout_before_is_read_and_kept(clean_redis):
     assert json.loads(store.r.hget(keys.best("wk"), "us")) == 5.0
     assert store.best("wk") == old
     store.close()
+
+
+def test_features_are_kept_as_float16_and_read_back_as_the_cost_model_wrote_them():
+    import numpy as np
+
+    from farm.store.packing import pack_features, unpack_features
+    from workers.round.costmodel import decode, encode
+
+    rng = np.random.default_rng(1)
+    x = np.log2(1 + rng.exponential(1000, size=(3, 164))).astype(np.float32)
+    x[:, 100:] = 0  # as MetaSchedule's: many zero features
+    text = encode(x)
+    blob = pack_features(text)
+    assert len(blob) < 0.7 * len(text)
+    back = decode(unpack_features(blob))
+    assert back.shape == x.shape and np.allclose(back, x, rtol=5e-4, atol=0)
+    big = encode(np.array([[1e6, 1.0]], dtype=np.float32))  # beyond float16: kept exactly
+    assert decode(unpack_features(pack_features(big)))[0, 0] == 1e6
+    assert unpack_features(pack_features("")) == ""
+    assert unpack_features(pack_features("fa")) == "fa"  # any text the store is given
