@@ -14,6 +14,7 @@ import tomllib
 from farm.core.aliases import JsonDict
 from farm.core.cores import usable_cores
 from farm.core.errors import UsageError
+from farm.core.urls import is_sentinel, parse_sentinel
 
 
 def default_home() -> Path:
@@ -203,9 +204,15 @@ def with_password(scheme_host: str, password: str) -> str:
 
 def url_problem(url: str) -> str | None:
     """Why `url` is no Redis URL redis-py and Celery can use, or None when it is one."""
+    if is_sentinel(url):
+        try:
+            parse_sentinel(url)
+        except ValueError as e:
+            return str(e)
+        return None
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
-        return ("the scheme must be redis://, rediss:// or unix://"
+        return ("the scheme must be redis://, rediss://, unix:// or sentinel://"
                 + (f", not {parts.scheme}://" if "://" in url else " (it has none)"))
     if parts.scheme == "unix":
         return None if parts.path else "a unix:// URL needs the socket's path"

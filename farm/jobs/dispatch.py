@@ -11,6 +11,7 @@ from farm.core import keys
 from farm.core.aliases import CeleryApp
 from farm.core.config import FarmConfig
 from farm.core.messages import PRIORITIES, RoundRequest, logical_of
+from farm.core.urls import celery_broker
 from farm.store.broker import PRIORITY_STEPS, BrokerQueues
 
 ROUND_TASK = "tunefarm.round"
@@ -35,12 +36,14 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> CeleryApp:
     """The Celery app for a farm (broker = `broker_url` or the config's)."""
     from celery import Celery
 
-    broker = broker_url or config.broker_url
-    app = Celery("tunefarm", broker=broker, backend=config.store_url or broker)
+    broker, sentinel = celery_broker(str(broker_url or config.broker_url))
+    backend, backend_sentinel = celery_broker(str(config.store_url or broker_url
+                                                  or config.broker_url))
+    app = Celery("tunefarm", broker=broker, backend=backend)
     # every key of kombu's and of the result backend under the farm's prefix (global_keyprefix)
     visibility = {"visibility_timeout": int(config.round_timeout_s),
                   "global_keyprefix": keys.celery_prefix()}
-    transport = {**visibility, "priority_steps": PRIORITY_STEPS}
+    transport = {**visibility, "priority_steps": PRIORITY_STEPS, **sentinel}
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -51,7 +54,7 @@ def make_app(config: FarmConfig, broker_url: str | None = None) -> CeleryApp:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         broker_transport_options=transport,
-        result_backend_transport_options=visibility,
+        result_backend_transport_options={**visibility, **backend_sentinel},
         worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_deduplicate_successful_tasks=True,
         task_track_started=True,

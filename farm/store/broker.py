@@ -35,10 +35,9 @@ class BrokerQueues:
     @property
     def client(self) -> RedisClient:
         if self._client is None:
-            import redis
+            from farm.store.redis_url import client
 
-            self._client = redis.Redis.from_url(self.url, decode_responses=True,
-                                                socket_connect_timeout=5, socket_timeout=30)
+            self._client = client(self.url, decode=True)
         return self._client
 
     def depth(self, queue: str) -> int:

@@ -49,6 +49,8 @@ def _lua(name: str) -> str:
 _BEST = _lua("best.lua")  # shared functions, prepended to the scripts that keep the best
 KEEP_BEST = _BEST + _lua("keep_best.lua")
 REMOVE = _BEST + _lua("remove_records.lua")
+REPLICAS_READ_S = 10.0  # how often a client asks the primary how many replicas it has
+REPLICA_WAIT_S = 2.0  # how long a commit waits for one replica's acknowledgment
 _FULL = ("the store is full (Redis maxmemory reached, it evicts nothing)",
          "records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY or redis.conf), "
          "then `farm resume` the job")
@@ -141,7 +143,7 @@ class RedisRecords:
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         zdict = self._zdict(wk, rec)
         try:
-            return bool(self._script(
+            new = bool(self._script(
                 keys=[keys.records(wk), keys.best(wk),
                       keys.job_measured(rec.job_id) if rec.job_id else "",
                       keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
@@ -150,6 +152,8 @@ class RedisRecords:
                       "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
                       str(max(1, self.hot_records))],
             ))
+            self._replicated()
+            return new
         except redis.exceptions.OutOfMemoryError as e:
             raise StoreError(f"{_FULL[0]}: {e}", subject=f"{redact(self.url)}, workload {wk}",
                              hint=_FULL[1]) from e
@@ -157,6 +161,19 @@ class RedisRecords:
             if "refused" not in str(e):
                 raise
             raise StoreError(str(e), subject=f"record {rec.candidate} of workload {wk}") from e
+
+    def _replicated(self) -> None:
+        """Where the primary has a replica, a commit returns once one replica has it too
+        (WAIT): a failover (Sentinel) then loses no record a round was told is stored."""
+        now = time.monotonic()
+        state = self.__dict__.setdefault("_replicas", [0, -1e9, -1e9])  # n, read at, warned at
+        if now - state[1] > REPLICAS_READ_S:
+            state[0], state[1] = int(self.r.info("replication").get("connected_slaves", 0)), now
+        if state[0] and int(self.r.wait(1, int(REPLICA_WAIT_S * 1000))) < 1 and (
+                now - state[2] > 60):
+            state[2] = now
+            log.warning("store: no replica acknowledged a record within %.0f s (replicas: "
+                        "%d); the record is on the primary only", REPLICA_WAIT_S, state[0])
 
     def _whole(self, wk: str, cand: str, blob: bytes) -> StoredRecord | None:
         try:

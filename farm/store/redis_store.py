@@ -14,6 +14,7 @@ from farm.core.aliases import RedisClient, RedisScript
 from farm.core.config import redact
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec
+from farm.store import redis_url
 from farm.store.hosts import HostBeat
 from farm.store.phones import RedisPhoneLedger
 from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, _lua
@@ -59,11 +60,8 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
     def __setstate__(self, state: _State) -> None:
         self.__init__(state["url"], state["hot_records"], state["archive"])  # type: ignore[misc]
 
-    def _connect(self, decode: bool) -> redis.Redis:
-        return redis.Redis.from_url(
-            self.url, decode_responses=decode, socket_connect_timeout=5,
-            socket_timeout=30, health_check_interval=10, retry_on_timeout=True,
-        )
+    def _connect(self, decode: bool) -> RedisClient:
+        return redis_url.client(self.url, decode)
 
     @property
     def rb(self) -> RedisClient:
