@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: test-pythons bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ test: venv system-deps lint
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not faults and not arm64"
+
+# The unit tests on every Python the farm supports that this machine has (3.10-3.12; 3.11
+# is .venv's): each in its own .venv-pyX.Y, made once
+PYTHONS ?= 3.10 3.12
+test-pythons:
+	bash scripts/test-pythons.sh $(PYTHONS)
 
 # ruff, the layers as contracts (import-linter: [tool.importlinter] in pyproject.toml), a type
 # check (mypy: [tool.mypy]), and the rules

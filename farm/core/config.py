@@ -9,7 +9,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from farm.core.aliases import JsonDict
 from farm.core.cores import usable_cores

@@ -19,26 +19,31 @@ __all__ = ["RecordStore", "StoreUnavailable", "StoredRecord", "TaskState", "cand
 
 
 def open_store(url: str | None, hot_records: int = HOT_RECORDS,
-               archive: str | None = None) -> RecordStore:
+               archive: str | None = None, features: str | None = None) -> RecordStore:
     """A Redis store for `url`, or an in-memory one for `memory://` (tests, dry runs).
     `hot_records`: whole records a workload keeps in Redis; `archive`: where the others
-    are read from (a folder or fsspec URL; farm/store/cold.py), None: Redis's only."""
+    are read from (a folder or fsspec URL; farm/store/cold.py), None: Redis's only;
+    `features`: the host's file of cost-model features (farm/store/features.py), None: in
+    the store."""
     from farm.store.cold import Archive
+    from farm.store.features import LocalFeatures
 
     cold = Archive(archive) if archive else None
+    local = LocalFeatures(features) if features else None
     if url is None or url.startswith("memory://"):
         from farm.store.memory_store import MemoryStore
 
-        return MemoryStore(hot_records, cold)
+        return MemoryStore(hot_records, cold)  # features in memory: one process
     from farm.store.redis_store import RedisStore
 
-    return RedisStore(url, hot_records, cold)
+    return RedisStore(url, hot_records, cold, local)
 
 
 def configured_store(config: FarmConfig, url: str | None = None) -> RecordStore:
     """The store as every process of the farm opens it: at `url` (default: the config's),
     with the config's hot records and archive."""
-    return open_store(url or config.store_url, config.hot_records, config.archive_url)
+    return open_store(url or config.store_url, config.hot_records, config.archive_url,
+                      str(config.home / "features.sqlite"))
 
 
 def open_broker(url: str) -> BrokerQueues:

@@ -38,6 +38,7 @@ from farm.store.store import HOT_RECORDS, Entry, StoredRecord, check_run_us, on_
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
+    from farm.store.features import LocalFeatures
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class RedisRecords:
     url: str
     hot_records: int = HOT_RECORDS
     archive: Archive | None = None
+    local_features: LocalFeatures | None = None
     _script: RedisScript
     _remove: RedisScript
 
@@ -115,11 +117,15 @@ class RedisRecords:
         return sorted(self.r.smembers(keys.model_workloads(mkey)))
 
     def put_features(self, wk: str, features: dict[str, str]) -> None:
-        if features:  # float16 bytes (packing.pack_features)
+        if self.local_features is not None:  # the host's disk, not Redis (features.py)
+            self.local_features.put(wk, features)
+        elif features:  # float16 bytes (packing.pack_features)
             self.rb.hset(keys.features(wk), mapping={k: pack_features(v)
                                                      for k, v in features.items()})
 
     def features(self, wk: str) -> dict[str, str]:
+        if self.local_features is not None:
+            return self.local_features.get(wk)
         return {k.decode(): unpack_features(v)
                 for k, v in self.rb.hgetall(keys.features(wk)).items()}
 
@@ -298,6 +304,8 @@ class RedisRecords:
             pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
         deleted, *_ = pipe.execute()
         self._zdicts().pop(wk, None)
+        if self.local_features is not None:
+            self.local_features.forget(wk)
         return int(deleted) > 0
 
     def best(self, wk: str) -> StoredRecord | None:

@@ -22,6 +22,7 @@ from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
+    from farm.store.features import LocalFeatures
 
 _RELEASE_LEASE = _lua("release_lease.lua")
 _LEASE = _lua("lease.lua")
@@ -34,6 +35,7 @@ class _State(TypedDict):
     url: str
     hot_records: int
     archive: Archive | None
+    local_features: LocalFeatures | None
 
 
 class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
@@ -42,10 +44,11 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
     the others go to `archive` (farm/store/cold.py)."""
 
     def __init__(self, url: str, hot_records: int = HOT_RECORDS,
-                 archive: Archive | None = None):
+                 archive: Archive | None = None, local_features: LocalFeatures | None = None):
         self.url = url
         self.hot_records = hot_records
         self.archive = archive
+        self.local_features = local_features
         self._client: redis.Redis | None = None
         self._bytes: redis.Redis | None = None
         self._script: RedisScript = None  # the scripts: registered with the client (`r`)
@@ -55,10 +58,12 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         self._remove: RedisScript = None
 
     def __getstate__(self) -> _State:
-        return {"url": self.url, "hot_records": self.hot_records, "archive": self.archive}
+        return {"url": self.url, "hot_records": self.hot_records, "archive": self.archive,
+                "local_features": self.local_features}
 
     def __setstate__(self, state: _State) -> None:
-        self.__init__(state["url"], state["hot_records"], state["archive"])  # type: ignore[misc]
+        self.__init__(state["url"], state["hot_records"], state["archive"],  # type: ignore[misc]
+                      state["local_features"])
 
     def _connect(self, decode: bool) -> RedisClient:
         return redis_url.client(self.url, decode)

@@ -183,3 +183,28 @@ def test_features_are_kept_as_float16_and_read_back_as_the_cost_model_wrote_them
     assert decode(unpack_features(pack_features(big)))[0, 0] == 1e6
     assert unpack_features(pack_features("")) == ""
     assert unpack_features(pack_features("fa")) == "fa"  # any text the store is given
+
+
+def test_a_workers_features_stay_on_its_disk_not_in_redis(clean_redis, tmp_path):
+    import numpy as np
+
+    from farm.core.messages import TuneTask
+    from farm.store.features import LocalFeatures
+    from workers.round.costmodel import decode, encode
+
+    x = np.ones((2, 164), dtype=np.float32)
+    store = open_store(clean_redis, features=str(tmp_path / "f.sqlite"))
+    store.put_features("wk", {"a": encode(x), "b": ""})
+    got = store.features("wk")
+    assert got["b"] == "" and np.array_equal(decode(got["a"]), x)  # ones: exact in float16
+    assert not store.r.exists(keys.features("wk"))
+    again = LocalFeatures(tmp_path / "f.sqlite")  # another process of the host
+    assert set(again.get("wk")) == {"a", "b"}
+    store.put_workload(TuneTask(name="t", workload_key="wk", weight=1, mod_json="{}",
+                                target={}, device_key="k"))
+    store.remove_workload("wk")
+    assert again.get("wk") == {}
+    broken = LocalFeatures(tmp_path / "f.sqlite" / "x")  # not a usable path: an empty cache
+    broken.put("wk", {"a": encode(x)})
+    assert broken.get("wk") == {}
+    store.close()
