@@ -269,7 +269,7 @@ def fill_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -
             us = repr(rng.uniform(20, 400))
         store._script(keys=[keys.records(wk), keys.best(wk), keys.job_measured("fill"),
                             keys.job_counts("fill"), keys.unverified(wk), keys.hot(wk),
-                            keys.hot_rank(wk), keys.spool()],
+                            keys.spool()],
                       args=[f"{rng.getrandbits(128):032x}", entry, blob, us, wk, "1", "1",
                             "0.27.0.post1", str(store.hot_records)], client=pipe)
         if n % 500 == 499:

@@ -118,6 +118,8 @@ class FarmConfig:
                      "host_ttl_s", "search_population", "phone_lost_limit", "hot_records"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
+        if self.hot_records > 4096:  # the commit script reads the K entries in one call
+            raise bad("hot_records", "must be at most 4096")
         if self.worker_concurrency < 0:
             raise bad("worker_concurrency", "must be >= 0 (0: automatic)")
         if not 0 <= self.metrics_port < 65536:

@@ -43,11 +43,6 @@ def hot(wk: str) -> str:
     return key_for("wl", wk, "hot")
 
 
-def hot_rank(wk: str) -> str:
-    """Sorted set: the candidates of `hot`, scored by run time (a failure last)."""
-    return key_for("wl", wk, "hot-rank")
-
-
 def spool() -> str:
     """List: "<workload key>\\n<packed record>", whole records on their way to the archive
     (farm/store/cold.py drains it)."""

@@ -23,6 +23,27 @@ local function entry_fields(text)
   return tonumber(us), cls or 'corrupt', verified == '1', tvm or ''
 end
 
+-- The slowest whole record of the hot hash (a failure first; ties: the greater candidate)
+-- leaves it for the spool ("<workload key>\n<packed record>"), on its way to the archive.
+local function evict_slowest(records_key, hot_key, spool_key, wk)
+  local cands = redis.call('HKEYS', hot_key)
+  local entries = redis.call('HMGET', records_key, unpack(cands))
+  local worst, worst_score = nil, nil
+  for i, cand in ipairs(cands) do
+    local score = 1e18
+    if entries[i] then
+      local us, cls = entry_fields(entries[i])
+      if us and cls == '' then score = us end
+    end
+    if worst == nil or score > worst_score or (score == worst_score and cand > worst) then
+      worst, worst_score = cand, score
+    end
+  end
+  local whole = redis.call('HGET', hot_key, worst)
+  redis.call('HDEL', hot_key, worst)
+  redis.call('RPUSH', spool_key, wk .. '\n' .. whole)
+end
+
 -- Scan every entry and rewrite the best hash (after the best was replaced or removed). Its
 -- whole record comes from the hot records (or the entry itself, in the layout before); a
 -- best whose whole record is in the archive only is kept as cand and us.

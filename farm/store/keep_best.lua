@@ -5,8 +5,7 @@
 -- KEYS[4] job-counts hash ("<workload key>|<counter>" -> n), or "" for none
 -- KEYS[5] unverified set (candidates whose stored record no phone of the farm measured)
 -- KEYS[6] hot hash (candidate -> whole record, packed): the K fastest, failures last
--- KEYS[7] hot sorted set (candidate scored by run time; a failure by FAILED_SCORE)
--- KEYS[8] spool list ("<workload key>\n<packed record>": leaving Redis for the archive)
+-- KEYS[7] spool list ("<workload key>\n<packed record>": leaving Redis for the archive)
 -- ARGV[1] candidate hash
 -- ARGV[2] its entry
 -- ARGV[3] the whole record, packed
@@ -18,7 +17,6 @@
 -- ARGV[9] K: whole records kept in Redis for this workload
 -- Returns 1 when the record is new (or replaced an unverified one), 0 when this candidate
 -- was already stored. A run time that is not a finite number > 0 is refused (an error).
-local FAILED_SCORE = 1e18
 local us = nil
 if ARGV[4] ~= '' then
   us = tonumber(ARGV[4])
@@ -55,15 +53,9 @@ if new == 0 then
   return 0
 end
 -- the whole record: kept hot while among the K fastest (failures leave first), else archived
-redis.call('ZADD', KEYS[7], us or FAILED_SCORE, ARGV[1])
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
-if redis.call('ZCARD', KEYS[7]) > tonumber(ARGV[9]) then
-  local out = redis.call('ZPOPMAX', KEYS[7], 1)
-  local whole = redis.call('HGET', KEYS[6], out[1])
-  redis.call('HDEL', KEYS[6], out[1])
-  if whole then
-    redis.call('RPUSH', KEYS[8], ARGV[5] .. '\n' .. whole)
-  end
+if redis.call('HLEN', KEYS[6]) > tonumber(ARGV[9]) then
+  evict_slowest(KEYS[1], KEYS[6], KEYS[7], ARGV[5])
 end
 if not verified then
   redis.call('SADD', KEYS[5], ARGV[1])

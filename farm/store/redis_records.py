@@ -1,7 +1,7 @@
 """Workloads, records, features and cost models on Redis, compactly (farm/store/packing.py).
 
 Per workload: an entry for every candidate ever measured (`records`), the K fastest whole
-records packed (`hot`, ranked by `hot-rank`), the best, and the workload's TIR compressed.
+records packed (`hot`; the slowest leaves when a K+1st comes), the best, and the workload's TIR compressed.
 The commit (keep_best.lua) pushes a whole record leaving the K onto the spool, atomically;
 farm/store/cold.py drains it into the archive.
 """
@@ -153,7 +153,7 @@ class RedisRecords:
                 keys=[keys.records(wk), keys.best(wk),
                       keys.job_measured(rec.job_id) if rec.job_id else "",
                       keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
-                      keys.hot(wk), keys.hot_rank(wk), keys.spool()],
+                      keys.hot(wk), keys.spool()],
                 args=[rec.candidate, entry_of(rec), pack(rec, zdict), run_us, wk,
                       "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
                       str(max(1, self.hot_records))],
@@ -291,14 +291,14 @@ class RedisRecords:
             return 0
         self.r  # noqa: B018
         return int(self._remove(keys=[keys.records(wk), keys.best(wk), keys.unverified(wk),
-                                      keys.device_lost(wk), keys.hot(wk), keys.hot_rank(wk)],
+                                      keys.device_lost(wk), keys.hot(wk)],
                                 args=list(candidates)))
 
     def remove_workload(self, wk: str) -> bool:
         task = self.get_workload(wk)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
-                    keys.device_lost(wk), keys.features(wk), keys.hot(wk), keys.hot_rank(wk))
+                    keys.device_lost(wk), keys.features(wk), keys.hot(wk))
         pipe.zrem(keys.workload_index(), wk)
         if task is not None:
             pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)

@@ -1,6 +1,6 @@
 -- Delete records of one workload; recompute the best when it was one of them (atomic).
 -- KEYS[1] records hash; KEYS[2] best hash; KEYS[3] unverified set; KEYS[4] device-lost hash;
--- KEYS[5] hot hash; KEYS[6] hot sorted set
+-- KEYS[5] hot hash
 -- ARGV candidate hashes. Returns how many records were deleted.
 local removed = 0
 local best = redis.call('HGET', KEYS[2], 'cand')
@@ -10,7 +10,6 @@ for _, cand in ipairs(ARGV) do
   redis.call('SREM', KEYS[3], cand)
   redis.call('HDEL', KEYS[4], cand)
   redis.call('HDEL', KEYS[5], cand)
-  redis.call('ZREM', KEYS[6], cand)
   if cand == best then
     best_gone = true
   end
