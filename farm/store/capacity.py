@@ -25,10 +25,13 @@ class Capacity:
     max_bytes: int  # its maxmemory; 0: no limit (or not Redis)
     measurements: int  # records in the store
     per_day: float  # measurements a day: over the last day, or the store's life if younger
+    base_bytes: int = 0  # what Redis uses holding nothing (not the measurements')
 
     @property
     def bytes_per_measurement(self) -> float | None:
-        return self.used_bytes / self.measurements if self.measurements else None
+        """What the store holds per measurement (every key, Redis's own memory not)."""
+        held = max(0, self.used_bytes - self.base_bytes)
+        return held / self.measurements if self.measurements else None
 
     @property
     def days_until_full(self) -> float | None:
@@ -59,4 +62,4 @@ def capacity(store: RecordStore, now: float | None = None,
     oldest = min((t for t in times if t > 0), default=now)
     span_days = min(1.0, max((now - oldest) / DAY_S, 1.0 / 24))  # at least an hour's worth
     return Capacity(used_bytes=used, max_bytes=limit, measurements=len(times),
-                    per_day=recent / span_days)
+                    per_day=recent / span_days, base_bytes=store.memory_at_start())

@@ -122,6 +122,9 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         info = self.r.info("memory")
         return int(info.get("used_memory") or 0), int(info.get("maxmemory") or 0)
 
+    def memory_at_start(self) -> int:
+        return int(self.r.info("memory").get("used_memory_startup") or 0)
+
     def full(self) -> str | None:
         info = self.r.info("memory")
         limit, used = int(info.get("maxmemory") or 0), int(info.get("used_memory") or 0)

@@ -267,6 +267,10 @@ class RecordStore(Records, JobStore, Coordination, HostRegistry, LearnedStore, P
         """(bytes used, the limit; 0: none), or None where the store does not say."""
         return None
 
+    def memory_at_start(self) -> int:
+        """Bytes the store's server uses holding nothing (Redis's own), 0 where unknown."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

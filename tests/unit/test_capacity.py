@@ -17,6 +17,11 @@ def test_days_until_full_at_the_current_rate():
     assert Capacity(1_000, 0, 10, 5.0).days_until_full is None  # no limit
     assert Capacity(1_000, 5_000, 10, 0.0).days_until_full is None  # nothing measured lately
     assert Capacity(0, 5_000, 0, 0.0).bytes_per_measurement is None
+    # what Redis holds empty is not the measurements': the rate of growth is theirs alone
+    based = Capacity(used_bytes=1_000_000, max_bytes=11_000_000, measurements=1000,
+                     per_day=500.0, base_bytes=900_000)
+    assert based.bytes_per_measurement == 100.0
+    assert based.days_until_full == pytest.approx(200.0)  # 10 MB left, 50 KB a day
 
 
 TASK = TuneTask(name="w", workload_key="w", weight=1, mod_json="{}", target={"kind": "llvm"},
