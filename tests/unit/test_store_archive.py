@@ -15,7 +15,7 @@ from farm.store.store import best_of
 K = 4
 # what the records of one workload share (its blocks, loops, instructions): hard to compress
 # alone, nearly free with the workload's dictionary
-SHARED = "%x" % random.Random(7).getrandbits(12000)
+SHARED = f"{random.Random(7).getrandbits(12000):x}"
 
 
 @pytest.fixture(params=["memory", "redis"])
