@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ class Archive:
         self.fs, self.root = fsspec.core.url_to_fs(url)
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple)
                                 else (self.fs.protocol,))
+        self.devices: dict[str, str] = {}  # workload key -> device key, as drain learns them
 
     def __repr__(self) -> str:
         return f"Archive({self.url!r})"
@@ -58,12 +60,16 @@ class Archive:
     def append(self, device_key: str, records: list[StoredRecord],
                now: float | None = None) -> str:
         """Write records (one zstd frame) to this process's file of the day; returns its path."""
+        return self.append_lines(device_key, [r.dumps() for r in records], now)
+
+    def append_lines(self, device_key: str, lines: list[str], now: float | None = None) -> str:
+        """`append` of records as their JSON lines."""
         import zstandard
 
         day = datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y-%m-%d")
         folder = f"{self.root}/{_safe(device_key)}/{day}"
         path = f"{folder}/{short_machine()}-{os.getpid()}{SUFFIX}"
-        data = "".join(r.dumps() + "\n" for r in records).encode()
+        data = "".join(line + "\n" for line in lines).encode()
         frame = zstandard.ZstdCompressor(level=6).compress(data)
         self.fs.makedirs(folder, exist_ok=True)
         with self.fs.open(path, "ab") as f:
@@ -77,10 +83,9 @@ class Archive:
         pattern = f"{self.root}/{_safe(device_key) if device_key else '*'}/*/*{SUFFIX}"
         return sorted(self.fs.glob(pattern))
 
-    def records(self, device_key: str | None = None,
-                workload_key: str | None = None) -> Iterator[StoredRecord]:
-        """Every archived record (of a device key, of a workload), oldest file first; a
-        corrupt line or file is logged with its path and skipped."""
+    def lines(self, device_key: str | None = None) -> Iterator[tuple[str, int, str]]:
+        """Every archived line (path, line number, text), oldest file first; an unreadable
+        file is logged with its path and skipped."""
         import zstandard
 
         for path in self.files(device_key):
@@ -92,15 +97,18 @@ class Archive:
                 log.warning("archive: %s unreadable, skipped: %s", path, e)
                 continue
             for n, line in enumerate(text.splitlines(), 1):
-                if workload_key and f'"workload_key": "{workload_key}"' not in line:
-                    continue
-                try:
-                    rec = StoredRecord.loads(line)
-                except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
-                    log.warning("archive: %s line %d corrupt, skipped: %s", path, n, e)
-                    continue
-                if workload_key is None or rec.workload_key == workload_key:
-                    yield rec
+                yield path, n, line
+
+    def records(self, device_key: str | None = None,
+                workload_key: str | None = None) -> Iterator[StoredRecord]:
+        """Every archived record (of a device key, of a workload), oldest file first; a
+        corrupt line or file is logged with its path and skipped."""
+        for path, n, line in self.lines(device_key):
+            if workload_key and f'"workload_key": "{workload_key}"' not in line:
+                continue
+            rec = _parse(path, n, line)
+            if rec is not None and (workload_key is None or rec.workload_key == workload_key):
+                yield rec
 
     def prune(self, keep_days: float, now: float | None = None) -> list[str]:
         """Delete the days older than `keep_days` (0: keep everything); returns the folders."""
@@ -120,6 +128,26 @@ class Archive:
         return gone
 
 
+def _parse(path: str, n: int, line: str) -> StoredRecord | None:
+    try:
+        return StoredRecord.loads(line)
+    except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
+        log.warning("archive: %s line %d corrupt, skipped: %s", path, n, e)
+        return None
+
+
+# what a cost model's sample needs of a line, read without parsing its trace (a record's
+# JSON has sorted keys and these four are never inside its trace, a list of lists)
+_KEY = re.compile(r'"(candidate|error_class|run_us|workload_key)": ("[^"\\]*"|null|[-0-9.eE+]+)')
+
+
+def _fields(line: str) -> dict[str, str]:
+    # sorted keys: candidate and error_class open the line, run_us and workload_key close it
+    # (after the trace): only the two ends are searched
+    ends = line if len(line) < 1024 else f"{line[:256]}\n{line[-512:]}"
+    return {k: v.strip('"') for k, v in _KEY.findall(ends)}
+
+
 def drain(store: RecordStore, archive: Archive, owner: str = "",
           batch: int = DRAIN_BATCH) -> int:
     """Move the store's spool into the archive; returns the records moved (0 when another
@@ -128,20 +156,20 @@ def drain(store: RecordStore, archive: Archive, owner: str = "",
     if store.acquire_lease("spool", owner, DRAIN_LEASE_S) is not None:
         return 0
     moved = 0
-    devices: dict[str, str] = {}
+    devices = archive.devices  # a workload's device key never changes: read once
     try:
         while True:
             taken, recs = store.spooled(batch)
             if not taken:
                 break
-            by_key: dict[str, list[StoredRecord]] = {}
-            for rec in recs:
-                if rec.workload_key not in devices:
-                    task = store.get_workload(rec.workload_key)
-                    devices[rec.workload_key] = task.device_key if task else "unknown"
-                by_key.setdefault(devices[rec.workload_key], []).append(rec)
-            for device_key, group in by_key.items():
-                archive.append(device_key, group)
+            by_key: dict[str, list[str]] = {}
+            for wk, line in recs:
+                if wk not in devices:
+                    task = store.get_workload(wk)
+                    devices[wk] = task.device_key if task else "unknown"
+                by_key.setdefault(devices[wk], []).append(line)
+            for device_key, lines in by_key.items():
+                archive.append_lines(device_key, lines)
             store.unspool(taken)
             moved += len(recs)
             if taken < batch:
@@ -189,20 +217,23 @@ def samples(store: RecordStore, archive: Archive | None, device_key: str,
     if store.spool_size():
         drain(store, archive)
     held = {wk: {e.candidate for e in store.entries(wk)} for wk in workloads}
-    fast: dict[str, list[tuple[float, int, StoredRecord]]] = {wk: [] for wk in workloads}
-    failed: dict[str, list[StoredRecord]] = {wk: [] for wk in workloads}
-    for n, rec in enumerate(archive.records(device_key)):
-        wk = rec.workload_key
-        if wk not in out or rec.candidate not in held[wk] or rec.candidate in out[wk]:
+    fast: dict[str, list[tuple[float, int, tuple[str, int, str]]]] = {wk: [] for wk in workloads}
+    failed: dict[str, list[tuple[str, int, str]]] = {wk: [] for wk in workloads}
+    for n, (path, at, line) in enumerate(archive.lines(device_key)):
+        f = _fields(line)  # the record is parsed only when it is kept
+        wk, cand = f.get("workload_key", ""), f.get("candidate", "")
+        if wk not in out or cand not in held[wk] or cand in out[wk]:
             continue
-        if rec.valid:
+        if f.get("error_class", "null") == "null" and f.get("run_us", "null") != "null":
             heap = fast[wk]  # the slowest on top (negated), dropped past per_workload
-            heapq.heappush(heap, (-float(rec.run_us or 0.0), n, rec))
+            heapq.heappush(heap, (-float(f["run_us"]), n, (path, at, line)))
             if len(heap) > per_workload:
                 heapq.heappop(heap)
         elif len(failed[wk]) < max(1, per_workload // 4):
-            failed[wk].append(rec)
+            failed[wk].append((path, at, line))
     for wk in workloads:
-        for rec in [r for _, _, r in fast[wk]] + failed[wk]:
-            out[wk].setdefault(rec.candidate, rec)
+        for path, at, line in [x for _, _, x in fast[wk]] + failed[wk]:
+            rec = _parse(path, at, line)
+            if rec is not None:
+                out[wk].setdefault(rec.candidate, rec)
     return {wk: list(recs.values()) for wk, recs in out.items()}

@@ -214,10 +214,10 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
                 found = rec
         return found
 
-    def spooled(self, n: int) -> tuple[int, list[StoredRecord]]:
+    def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
         with self._lock:
             taken = self._spool[:n]
-        return len(taken), list(taken)
+        return len(taken), [(r.workload_key, r.dumps()) for r in taken]
 
     def unspool(self, n: int) -> None:
         with self._lock:

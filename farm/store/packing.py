@@ -56,16 +56,21 @@ def pack(rec: StoredRecord, zdict: bytes | None) -> bytes:
     return PACKED + c.compress(rec.dumps().encode()) + c.flush()
 
 
-def unpack(blob: bytes, zdict: bytes | None) -> StoredRecord:
-    """A whole record from what `pack` wrote (or a JSON record of the layout before)."""
+def unpack_text(blob: bytes, zdict: bytes | None) -> str:
+    """A whole record's JSON from what `pack` wrote (or a JSON record of the layout before)."""
     if blob[:1] == PLAIN:
-        return StoredRecord.loads(blob.decode())
+        return blob.decode()
     if blob[:1] == ALONE:
-        return StoredRecord.loads(zlib.decompress(blob[1:]).decode())
+        return zlib.decompress(blob[1:]).decode()
     if blob[:1] != PACKED or zdict is None:
         raise ValueError("not a packed record, or its workload has no dictionary")
     d = zlib.decompressobj(15, zdict)
-    return StoredRecord.loads((d.decompress(blob[1:]) + d.flush()).decode())
+    return (d.decompress(blob[1:]) + d.flush()).decode()
+
+
+def unpack(blob: bytes, zdict: bytes | None) -> StoredRecord:
+    """A whole record from what `pack` wrote (or a JSON record of the layout before)."""
+    return StoredRecord.loads(unpack_text(blob, zdict))
 
 
 def squeeze(data: str | bytes) -> bytes:

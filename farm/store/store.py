@@ -195,9 +195,10 @@ class Records(ABC):
         was opened with one (None when absent or corrupt)."""
 
     @abstractmethod
-    def spooled(self, n: int) -> tuple[int, list[StoredRecord]]:
+    def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
         """The first `n` records of the spool (whole records on their way to the archive):
-        (how many were taken, those readable). They stay until `unspool`."""
+        (how many were taken, (workload key, record JSON) of those readable). They stay
+        until `unspool`."""
 
     @abstractmethod
     def unspool(self, n: int) -> None:

@@ -112,7 +112,7 @@ def test_the_best_whole_record_survives_when_its_hot_copy_leaves(cold):
 def test_a_crash_between_archive_and_spool_writes_twice_and_reads_once(cold, tmp_path):
     fill(cold)
     taken, recs = cold.spooled(100)
-    cold.archive.append("cpu-local", recs)  # written, then the process died before unspool
+    cold.archive.append_lines("cpu-local", [line for _, line in recs])  # written, then the process died before unspool
     drain(cold, cold.archive)  # the next drain writes them again
     everything = all_records(cold, cold.archive, "wk")
     assert len(everything) == 13
@@ -208,3 +208,20 @@ def test_a_workers_features_stay_on_its_disk_not_in_redis(clean_redis, tmp_path)
     broken.put("wk", {"a": encode(x)})
     assert broken.get("wk") == {}
     store.close()
+
+
+def test_a_cost_models_sample_takes_the_fastest_archived_and_some_failures(cold):
+    from farm.core.messages import TuneTask
+    from farm.store.cold import samples
+
+    cold.put_workload(TuneTask(name="t", workload_key="wk", weight=1, mod_json="{}",
+                               target={}, device_key="k"))
+    fill(cold)  # v0..v9 (10..19 us), f0..f2 failed; K=4 whole in the store
+    got = {r.candidate for r in samples(cold, cold.archive, "k", ["wk"], 3)["wk"]}
+    hot = {"v0", "v1", "v2", "v3"}
+    assert hot <= got
+    assert got - hot - {"f0", "f1", "f2"} == {"v4", "v5", "v6"}  # the 3 fastest archived
+    assert len(got & {"f0", "f1", "f2"}) == 1  # a quarter as many failures, at least one
+    cold.remove_records("wk", ["v4"])  # removed: not sampled from the archive
+    again = {r.candidate for r in samples(cold, cold.archive, "k", ["wk"], 3)["wk"]}
+    assert "v4" not in again and "v7" in again
