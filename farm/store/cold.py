@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 from farm.core.hostid import short_machine
-from farm.store.store import RecordStore, StoredRecord
+from farm.store.store import Entry, RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ def drain(store: RecordStore, archive: Archive, owner: str = "",
           batch: int = DRAIN_BATCH) -> int:
     """Move the store's spool into the archive; returns the records moved (0 when another
     process is draining it now)."""
+    if not store.spool_size():
+        return 0  # nothing waits: no lease taken
     owner = owner or f"{short_machine()}:{os.getpid()}:{threading.get_ident()}"
     if store.acquire_lease("spool", owner, DRAIN_LEASE_S) is not None:
         return 0
@@ -181,6 +183,39 @@ def drain(store: RecordStore, archive: Archive, owner: str = "",
     return moved
 
 
+_DRAINING = threading.Lock()
+
+
+def _drain_for_reading(store: RecordStore, archive: Archive) -> None:
+    """Before reading the archive: what waits in the spool is written first (a reader of
+    this process waits for another thread's drain to end rather than read around it)."""
+    with _DRAINING:
+        drain(store, archive)
+
+
+def _copy_of(entry: Entry | None, rec: StoredRecord, have: StoredRecord | None) -> bool:
+    """Is `rec` the archived copy to read for its candidate (over `have`)? The copy the
+    store's entry describes (a measurement that replaced an import leaves both in the
+    archive); else the later one."""
+    return entry is not None and (have is None or rec.verified == entry.verified)
+
+
+def archived(store: RecordStore, archive: Archive, wk: str,
+             candidate: str) -> StoredRecord | None:
+    """One candidate's whole record from the archive (the spool drained first), None when
+    the store has no entry of it or the archive lacks it."""
+    entry = store.entry(wk, candidate)
+    if entry is None:
+        return None
+    _drain_for_reading(store, archive)
+    task = store.get_workload(wk)
+    found = None
+    for rec in archive.records(task.device_key if task else None, wk):
+        if rec.candidate == candidate and _copy_of(entry, rec, found):
+            found = rec
+    return found
+
+
 def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[StoredRecord]:
     """Every record of a workload: Redis's whole ones and the archive's, one per candidate
     (only candidates the store still holds)."""
@@ -190,16 +225,12 @@ def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[St
     entries = {e.candidate: e for e in store.entries(wk)}
     if entries.keys() <= out.keys():
         return list(out.values())  # every record is whole in Redis: no archive to read
-    if store.spool_size():
-        drain(store, archive)
+    _drain_for_reading(store, archive)
     task = store.get_workload(wk)
     cold: dict[str, StoredRecord] = {}
     for rec in archive.records(task.device_key if task else None, wk):
-        entry = entries.get(rec.candidate)
-        # the copy the store's entry describes (a measurement that replaced an import
-        # leaves both in the archive); else the later one
-        if entry is not None and rec.candidate not in out and (
-                rec.candidate not in cold or rec.verified == entry.verified):
+        if rec.candidate not in out and _copy_of(entries.get(rec.candidate), rec,
+                                                 cold.get(rec.candidate)):
             cold[rec.candidate] = rec
     return [*out.values(), *cold.values()]
 
@@ -214,8 +245,7 @@ def samples(store: RecordStore, archive: Archive | None, device_key: str,
     out = {wk: {r.candidate: r for r in store.records(wk)} for wk in workloads}
     if archive is None:
         return {wk: list(recs.values()) for wk, recs in out.items()}
-    if store.spool_size():
-        drain(store, archive)
+    _drain_for_reading(store, archive)
     held = {wk: {e.candidate for e in store.entries(wk)} for wk in workloads}
     fast: dict[str, list[tuple[float, int, tuple[str, int, str]]]] = {wk: [] for wk in workloads}
     failed: dict[str, list[tuple[str, int, str]]] = {wk: [] for wk in workloads}

@@ -203,16 +203,11 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         best = self._best.get(wk)
         if candidate in self._hot.get(wk, {}) or (best and best.candidate == candidate):
             return self._records.get(wk, {}).get(candidate)
-        if candidate not in self._records.get(wk, {}) or self.archive is None:
+        if self.archive is None:
             return None
-        from farm.store.cold import drain
+        from farm.store.cold import archived
 
-        drain(self, self.archive)
-        found = None
-        for rec in self.archive.records(None, wk):
-            if rec.candidate == candidate:
-                found = rec
-        return found
+        return archived(self, self.archive, wk, candidate)
 
     def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
         with self._lock:

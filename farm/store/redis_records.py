@@ -9,7 +9,6 @@ farm/store/cold.py drains it into the archive.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -245,19 +244,9 @@ class RedisRecords:
             return self._whole(wk, candidate, blob)
         if entry is None or self.archive is None:
             return None
-        return self._from_archive(wk, candidate)
+        from farm.store.cold import archived
 
-    def _from_archive(self, wk: str, candidate: str) -> StoredRecord | None:
-        from farm.store.cold import drain
-
-        with _DRAINING:
-            drain(self, self.archive)  # type: ignore[arg-type]
-        task = self.get_workload(wk)
-        found = None
-        for rec in self.archive.records(task.device_key if task else None, wk):  # type: ignore[union-attr]
-            if rec.candidate == candidate:
-                found = rec
-        return found
+        return archived(self, self.archive, wk, candidate)  # type: ignore[arg-type]
 
     def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
         items = self.rb.lrange(keys.spool(), 0, max(0, n - 1))
@@ -327,5 +316,3 @@ class RedisRecords:
     def exhausted(self, wk: str) -> bool:
         return self.r.hget(keys.workload(wk), "exhausted_at") is not None
 
-
-_DRAINING = threading.Lock()  # one drain of this process at a time (get_record's)
