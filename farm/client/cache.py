@@ -105,12 +105,21 @@ def stats(store: RecordStore) -> JsonDict:
             "capacity": capacity(store, times=times).to_json()}
 
 
-def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError("is a file: the log is a folder (two JSON files)", subject=str(out_dir),
                          hint="name a folder that does not exist yet, or an empty one")
-    tasks = [t for t in (store.get_workload(wk) for wk in store.workload_keys())
-             if t is not None and (device_key is None or t.device_key == device_key)]
+
+
+def _tasks(store: RecordStore, device_key: str | None) -> list[TuneTask]:
+    """The store's workloads (of `device_key`, when given)."""
+    return [t for t in (store.get_workload(wk) for wk in store.workload_keys())
+            if t is not None and (device_key is None or t.device_key == device_key)]
+
+
+def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+    _check_out_dir(out_dir)
+    tasks = _tasks(store, device_key)
     picks = {t.workload_key: b.candidate for t in tasks
              if (b := store.best(t.workload_key)) is not None and b.valid}
     bests = write_best_log(store, tasks, out_dir, picks)
@@ -120,28 +129,20 @@ def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> 
 def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
     """`farm cache export --all`: every record of every workload (Redis's and the archive's,
     valid and failed) as a MetaSchedule JSONDatabase; returns the records written."""
-    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from farm.core.traces import check_trace
-    from farm.store.cold import drain
+    from farm.tir.module import tuning_record
 
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError("is a file: the log is a folder (two JSON files)", subject=str(out_dir),
-                         hint="name a folder that does not exist yet, or an empty one")
-    if store.archive is not None:
-        drain(store, store.archive)
+    _check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(out_dir), module_equality="structural")
     written = 0
-    for wk in store.workload_keys():
-        task = store.get_workload(wk)
-        if task is None or (device_key and task.device_key != device_key):
-            continue
+    for task in _tasks(store, device_key):  # all_records drains the spool first
+        wk = task.workload_key
         workload = db.commit_workload(load_mod(task))
         for rec in sorted(store.all_records(wk), key=lambda r: r.measured_at):
             try:
-                check_trace(rec.record)
-                db.commit_tuning_record(TuningRecord.from_json(rec.record, workload))
+                db.commit_tuning_record(tuning_record(rec.record, workload))
             except Exception as e:  # noqa: BLE001 - an unreadable record is skipped, said
                 log.warning("export: record %s of %s skipped: %s", rec.candidate, wk, e)
                 continue

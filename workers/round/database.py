@@ -14,8 +14,8 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from farm.core.traces import check_trace
 from farm.store import RecordStore, StoredRecord
+from farm.tir.module import tuning_record as tir_tuning_record
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +24,7 @@ def tuning_record(rec: StoredRecord, workload: Workload) -> TuningRecord:
     """A stored record as MetaSchedule's TuningRecord, to be replayed and built. ValueError
     when its trace holds what MetaSchedule's search never writes (farm/core/traces.py): the
     store can be written by others, so it is checked here, before any build."""
-    check_trace(rec.record)
-    return TuningRecord.from_json(rec.record, workload)
+    return tir_tuning_record(rec.record, workload)
 
 
 @derived_object
