@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,15 @@ _FULL = ("the store is full (Redis maxmemory reached, it evicts nothing)",
          "then `farm resume` the job")
 
 
+@dataclass
+class Replicas:
+    """What a client last read of the primary's replicas (`_replicated`)."""
+
+    count: int = 0
+    read_at: float = -1e9
+    warned_at: float = -1e9
+
+
 class RedisRecords:
     """The records half of RedisStore (which gives `r`, `rb`, the scripts and `url`)."""
 
@@ -64,6 +74,8 @@ class RedisRecords:
     hot_records: int = HOT_RECORDS
     archive: Archive | None = None
     local_features: LocalFeatures | None = None
+    _zdict_cache: dict[str, bytes]  # workload key -> its dictionary, read once
+    _replicas: Replicas
     _script: RedisScript
     _remove: RedisScript
 
@@ -73,15 +85,9 @@ class RedisRecords:
     @property
     def rb(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
 
-    def _zdicts(self) -> dict[str, bytes]:
-        cache = self.__dict__.get("_zdict_cache")
-        if cache is None:
-            cache = self.__dict__["_zdict_cache"] = {}
-        return cache
-
     def _zdict(self, wk: str, rec: StoredRecord | None = None) -> bytes | None:
         """The workload's dictionary (set once, by its first record)."""
-        cache = self._zdicts()
+        cache = self._zdict_cache
         if wk in cache:
             return cache[wk]
         raw = self.rb.hget(keys.workload(wk), "zdict")
@@ -171,22 +177,22 @@ class RedisRecords:
     def _replicated(self) -> None:
         """Where the primary has a replica, a commit returns once one replica has it too
         (WAIT): a failover (Sentinel) then loses no record a round was told is stored."""
-        now = time.monotonic()
-        state = self.__dict__.setdefault("_replicas", [0, -1e9, -1e9])  # n, read at, warned at
-        if now - state[1] > REPLICAS_READ_S:
-            state[0], state[1] = int(self.r.info("replication").get("connected_slaves", 0)), now
-        if state[0] and int(self.r.wait(1, int(REPLICA_WAIT_S * 1000))) < 1 and (
-                now - state[2] > 60):
-            state[2] = now
+        now, seen = time.monotonic(), self._replicas
+        if now - seen.read_at > REPLICAS_READ_S:
+            seen.count = int(self.r.info("replication").get("connected_slaves", 0))
+            seen.read_at = now
+        if seen.count and int(self.r.wait(1, int(REPLICA_WAIT_S * 1000))) < 1 and (
+                now - seen.warned_at > 60):
+            seen.warned_at = now
             log.warning("store: no replica acknowledged a record within %.0f s (replicas: "
-                        "%d); the record is on the primary only", REPLICA_WAIT_S, state[0])
+                        "%d); the record is on the primary only", REPLICA_WAIT_S, seen.count)
 
     def _whole(self, wk: str, cand: str, blob: bytes) -> StoredRecord | None:
         try:
             try:
                 return unpack(blob, self._zdict(wk))
             except Exception:  # a dictionary cached before its workload was removed and made
-                self._zdicts().pop(wk, None)  # again: read it once more
+                self._zdict_cache.pop(wk, None)  # again: read it once more
                 return unpack(blob, self._zdict(wk))
         except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
             log.warning("store: corrupt record at %s[%s] skipped: %s", keys.hot(wk), cand, e)
@@ -294,7 +300,7 @@ class RedisRecords:
         if task is not None:
             pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
         deleted, *_ = pipe.execute()
-        self._zdicts().pop(wk, None)
+        self._zdict_cache.pop(wk, None)
         if self.local_features is not None:
             self.local_features.forget(wk)
         return int(deleted) > 0

@@ -17,7 +17,7 @@ from farm.core.messages import JobSpec
 from farm.store import redis_url
 from farm.store.hosts import HostBeat
 from farm.store.phones import RedisPhoneLedger
-from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, _lua
+from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, Replicas, _lua
 from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         self.hot_records = hot_records
         self.archive = archive
         self.local_features = local_features
+        self._zdict_cache = {}
+        self._replicas = Replicas()
         self._client: redis.Redis | None = None
         self._bytes: redis.Redis | None = None
         self._script: RedisScript = None  # the scripts: registered with the client (`r`)
