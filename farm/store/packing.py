@@ -1,10 +1,10 @@
 """How a measurement is kept in Redis: compactly (farm/store/redis_records.py).
 
 Every measured candidate has an **entry** in its workload's records hash: what deduplication,
-the best and accounting need, in tens of bytes (`<run us>|<failure class>|<1 verified, 0
-imported>|<tvm version>|<measured at, s, to the ms>`). The whole record (its trace, for MetaSchedule)
-is kept in Redis only for the workload's K fastest valid candidates and its best; every
-other one goes to the archive (farm/store/cold.py). A whole record is kept **compressed
+the best and accounting need, in tens of bytes (`<run us, 7 significant digits>|<failure
+class>|<1 verified, 0 imported>|<tvm version>|<measured at, s, to 10 ms>`). The whole record
+(its trace, for MetaSchedule) is kept in Redis only for the workload's K fastest valid
+candidates and its best; every other one goes to the archive (farm/store/cold.py). A whole record is kept **compressed
 with the workload's dictionary**: zlib with, as preset dictionary, the first record the
 workload stored (its traces share most of their text: a 3.7 KB record takes ~0.2 KB).
 
@@ -26,9 +26,12 @@ PLAIN = b"{"  # a whole record as JSON (the layout before; still read)
 
 
 def entry_of(rec: StoredRecord) -> str:
-    us = repr(float(rec.run_us)) if rec.valid else ""  # type: ignore[arg-type]
+    # 7 significant digits of the run time and the time to 10 ms keep a typical entry within
+    # 44 characters: Redis allocates its value in jemalloc's 48-byte class, not the 64-byte
+    # one (bench/fleet.md: bytes a measurement at 10M)
+    us = f"{float(rec.run_us):.7g}" if rec.valid else ""  # type: ignore[arg-type]
     tvm = rec.tvm.replace("|", "/")
-    at = f"{rec.measured_at:.3f}".rstrip("0").rstrip(".")  # ms: a report's curve is in order
+    at = f"{rec.measured_at:.2f}".rstrip("0").rstrip(".")  # a report's curve is in order
     return f"{us}|{rec.error_class or ''}|{1 if rec.verified else 0}|{tvm}|{at}"
 
 
