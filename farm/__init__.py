@@ -9,16 +9,21 @@ The data flow, one module per stage::
 """
 
 __version__ = "0.1.0"
-__all__ = ["Cache", "Farm", "FarmError", "Job"]
+__all__ = ["Cache", "Farm", "FarmError", "Job", "prepare"]
 
 
-def __getattr__(name: str) -> type:
-    """`farm.Farm`, `farm.Job`, `farm.Cache` (farm/client/api.py) and `farm.FarmError`, loaded
-    when first asked for: a worker that imports `farm.core` does not load the client."""
+def __getattr__(name: str) -> object:
+    """`farm.Farm`, `farm.Job`, `farm.Cache` (farm/client/api.py), `farm.prepare`
+    (farm/client/portable.py) and `farm.FarmError`, loaded when first asked for: a worker that
+    imports `farm.core` does not load the client."""
     if name in ("Farm", "Job", "Cache"):
         from farm.client import api
 
         return getattr(api, name)
+    if name == "prepare":
+        from farm.client.portable import prepare
+
+        return prepare
     if name == "FarmError":
         from farm.core.errors import FarmError
 

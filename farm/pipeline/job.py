@@ -30,6 +30,7 @@ from farm.jobs.dispatch import send_round
 from farm.pipeline import compile as compile_stage
 from farm.pipeline import extract as extract_stage
 from farm.pipeline import ingest as ingest_stage
+from farm.pipeline import portable
 from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
 from farm.pipeline.options import SubmitOptions
@@ -248,6 +249,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
                 subject=f"job {job.job_id}")
         unusable: dict[str, str] = {}  # workload key -> why its best record was not applied
         bests = finalize_stage.write_best_log(farm.store, tasks, staging / "best", picks, unusable)
+        portable.save(staging / "best", prep.extracted.fused, prep.profile.target_json())
         measured = farm.store.job_measured(job.job_id)
         from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
                                           - measured.get(t.workload_key, 0)) for t in tasks}
