@@ -7,6 +7,9 @@
                      trials_per_task=32, out="runs/net")
     job.summary["speedup"]                    # what `farm submit` prints, as a dict
     lab.cache.ls()                            # what the record store holds
+    lab.jobs()                                # what `farm status` lists
+    job = lab.job("20261205-...")             # a job already on the farm: status, cancel,
+    job.cancel(); job.resume()                # resume, wait (as `farm cancel`, `farm resume`)
 
 Contract:
 - `Farm` holds a config, nothing else: it opens the store for each call and closes it, so a
@@ -18,6 +21,11 @@ Contract:
 - An `nn.Module` is exported here with `torch.export` (a `.pt2` in the results folder's
   parent, deleted after the job, or kept as `.<out>.<Class>.pt2` for a `wait=False` job that
   `Job.wait` compiles later); workers still receive TVM JSON only, never the module.
+- `submit`'s keywords are `farm submit`'s flags, with the same defaults and meanings
+  (farm/pipeline/options.py): `trials=N` is a job budget, and a task may take all of it
+  unless `trials_per_task` caps it, as `--trials N`.
+- Progress: `report=` gets each line as text (as the command prints it on stderr);
+  `on_progress=` gets a `Progress` (farm/client/jobs.py) at each change while the job runs.
 - Errors are `farm.FarmError`s naming their subject, as on the command line.
 """
 
@@ -30,34 +38,70 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.client.jobs import Progress
 from farm.core.aliases import JsonDict, TorchModule
 from farm.core.config import FarmConfig, load_config
 from farm.core.errors import UsageError
-from farm.pipeline.options import DEFAULT_TRIALS
+from farm.pipeline.options import DEFAULT_DTYPE, DEFAULT_PRIORITY
 from farm.store import RecordStore
 
 if TYPE_CHECKING:
     from farm.client.cache import ImportReport
+    from farm.client.jobs import ProgressFeed
+
+Report = Callable[[str], None]  # a progress line
+OnProgress = Callable[[Progress], None]
 
 
 @dataclass
 class Job:
-    """A job on a farm. `summary` is what `<out>/summary.json` holds, once the job is compiled."""
+    """A job on a farm. `summary` is what `<out>/summary.json` holds, once the job is compiled;
+    `out` is its results folder (None: the job does not record one)."""
 
     farm: Farm
     job_id: str
-    out: Path
+    out: Path | None
     summary: JsonDict | None = None
 
     def status(self) -> JsonDict:
         """The job as `farm status JOB --json` shows it: per task its trials, best and state."""
-        from farm.client.progress import job_view
+        from farm.client.jobs import views
 
         with self.farm.store() as store:
-            return job_view(store, store.require_job(self.job_id))
+            return views(store, [self.job_id])[0]
 
-    def wait(self, timeout_s: float | None = None,
-             report: Callable[[str], None] | None = None) -> JsonDict:
+    def progress(self) -> Progress:
+        """The job's progress now, as `on_progress` callbacks get it."""
+        from farm.client.jobs import progress_now
+
+        with self.farm.store() as store:
+            return progress_now(store, store.require_job(self.job_id))
+
+    def cancel(self) -> None:
+        """As `farm cancel JOB`: its rounds not yet started do not run."""
+        from farm.client.jobs import cancel
+
+        with self.farm.store() as store:
+            cancel(store, self.job_id)
+
+    def resume(self, *, out: str | Path | None = None, wait: bool = True,
+               timeout_s: float | None = None, allow_pickle: bool = False,
+               report: Report | None = None, on_progress: OnProgress | None = None) -> Job:
+        """As `farm resume JOB`: continue the job from the records in the store (only what is
+        missing is measured), into `out` (default: its own); with `wait=False` (a lab farm)
+        return once dispatched. This Job, its summary set when it was compiled."""
+        from farm.client.jobs import resume
+
+        result = resume(self.job_id, self.farm.config, report or _quiet,
+                        out=None if out is None else Path(out), wait=wait,
+                        timeout_s=timeout_s, allow_pickle=allow_pickle,
+                        view=_feed(report, on_progress))
+        self.out = Path(result["out"])
+        self.summary = result if "tasks" in result else None
+        return self
+
+    def wait(self, timeout_s: float | None = None, report: Report | None = None,
+             on_progress: OnProgress | None = None) -> JsonDict:
         """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
         summary. A job of the embedded farm is finished when `submit` returns."""
         if self.summary is not None:
@@ -65,7 +109,8 @@ class Job:
         from farm.pipeline.job import follow
 
         self.summary = follow(self.job_id, self.farm.config, report or _quiet, out=self.out,
-                              force=True, timeout_s=timeout_s)
+                              force=True, timeout_s=timeout_s,
+                              view=_feed(report, on_progress))
         return self.summary
 
 
@@ -148,30 +193,64 @@ class Farm:
         with farm_store(self.config) as store:
             yield store
 
+    def job(self, job_id: str) -> Job:
+        """A job already on this farm, by its id (`farm status` lists them); a StoreError
+        naming it when the farm has no such job."""
+        with self.store() as store:
+            spec = store.require_job(job_id)
+            out = store.job_status(job_id).get("out") or spec.options.get("out")
+        return Job(self, job_id, Path(out) if out else None)
+
+    def jobs(self, limit: int | None = None) -> list[JsonDict]:
+        """The farm's latest jobs (`limit`, default as many as `farm status` lists), oldest
+        first, each as `farm status --json` shows it (`Job.status()`)."""
+        from farm.client.jobs import RECENT_JOBS, recent, views
+
+        with self.store() as store:
+            return views(store, recent(store, RECENT_JOBS if limit is None else limit))
+
     def submit(self, model: str | Path | TorchModule,
                example_inputs: tuple[object, ...] | None = None, *,
-               out: str | Path, trials_per_task: int = DEFAULT_TRIALS, trials: int = 0,
-               device_key: str | None = None, wait: bool = True,
-               timeout_s: float | None = None, priority: str = "normal",
-               input_shape: str | None = None, force: bool = False,
-               report: Callable[[str], None] | None = None) -> Job:
+               out: str | Path, trials_per_task: int | None = None, trials: int | None = None,
+               early_stop_rounds: int = 0, round_trials: int | None = None,
+               device_key: str | None = None, input_shape: str | None = None,
+               dtype: str = DEFAULT_DTYPE, allow_pickle: bool = False,
+               tracker: str | None = None, wait: bool = True, timeout_s: float | None = None,
+               wait_for_devices_s: float = 0.0, priority: str = DEFAULT_PRIORITY,
+               force: bool = False, report: Report | None = None,
+               on_progress: OnProgress | None = None) -> Job:
         """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
-        it into `out`. `trials`: a job budget (0: none). With `wait=False` (a lab farm
-        only) the job is returned once dispatched."""
+        it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
+        --early-stop, `wait=False`: --no-wait, a lab farm only); `trials_per_task` defaults
+        to 32, and with a job budget `trials` to none (the budget). `device_key` and
+        `round_trials` override the farm's config for this job."""
         from farm.pipeline.job import SubmitOptions, submit
+        from farm.pipeline.options import trial_budgets
 
-        config = self.config if device_key is None else replace(self.config,
-                                                                device_key=device_key)
+        config = self._config(device_key=device_key, round_trials=round_trials)
+        per_task, budget = trial_budgets(trials_per_task, trials)
         out = Path(out)
         with _model_file(model, example_inputs, out, keep=not wait) as path:
-            opts = SubmitOptions(model=path, out=out, trials_per_task=trials_per_task,
-                                 trials_budget=trials, input_shape=input_shape, force=force,
-                                 wait=wait, timeout_s=timeout_s, priority=priority)
-            result = submit(opts, config, report=report or _quiet)
+            opts = SubmitOptions(
+                model=path, out=out, trials_per_task=per_task, trials_budget=budget,
+                early_stop_rounds=early_stop_rounds, input_shape=input_shape, dtype=dtype,
+                allow_pickle=allow_pickle, force=force, wait=wait, timeout_s=timeout_s,
+                tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority)
+            result = submit(opts, config, report=report or _quiet,
+                            view=_feed(report, on_progress))
         job = Job(self, result["job_id"], out)
         if "tasks" in result:
             job.summary = result
         return job
+
+    def _config(self, **flags: object) -> FarmConfig:
+        """The farm's config with these flags (None: not given) over its settings, read as
+        `farm submit` reads its flags (flag > FARM_* environment > file > default)."""
+        given = {k: v for k, v in flags.items() if v is not None}
+        if not given:
+            return self.config
+        return load_config({**self.settings, "broker_url": self.broker, **given},
+                           config_file=self.config_file)
 
 
 @contextlib.contextmanager
@@ -199,3 +278,10 @@ def _model_file(model: str | Path | TorchModule, example_inputs: tuple[object, .
 
 def _quiet(_line: str) -> None:
     """Progress lines are dropped unless a `report` callback is given."""
+
+
+def _feed(report: Report | None, on_progress: OnProgress | None) -> ProgressFeed | None:
+    """The waiting job's view for `on_progress` (and `report`); None: lines to `report`."""
+    from farm.client.jobs import ProgressFeed
+
+    return None if on_progress is None else ProgressFeed(report or _quiet, on_progress)

@@ -34,6 +34,7 @@ from farm.client.cmd_lab import (
 )
 from farm.core.errors import EXIT_INTERRUPTED, FarmError
 from farm.core.messages import PRIORITIES
+from farm.pipeline.options import DEFAULT_DTYPE, DEFAULT_PRIORITY, DEFAULT_TRIALS
 
 # what `add_subparsers` returns (argparse names its class privately)
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -83,15 +84,17 @@ def _submit_command(sub: Commands) -> None:
     s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
     s.add_argument("--out", required=True, help="results folder (must be new or empty)")
     s.add_argument("--trials-per-task", type=int,
-                   help="trials per task (default 32; with --trials: a cap per task)")
+                   help=f"trials per task (default {DEFAULT_TRIALS}; with --trials: a cap per "
+                        "task, default none)")
     s.add_argument("--trials", type=int, metavar="N",
                    help="a job budget: every task gets a first round, further rounds go where "
                         "they pay most (weight x latency x recent gain)")
-    s.add_argument("--early-stop", type=int, metavar="ROUNDS",
-                   help="stop a task after ROUNDS rounds without improvement")
+    s.add_argument("--early-stop", type=int, metavar="ROUNDS", default=0,
+                   help="stop a task after ROUNDS rounds without improvement (default 0: never)")
     s.add_argument("--input-shape", help="e.g. 1,3,224,224 (';' between inputs); needed for .pt")
-    s.add_argument("--dtype", default="float32",
-                   help="input dtype (default float32); one per input with ';', e.g. int64;float32")
+    s.add_argument("--dtype", default=DEFAULT_DTYPE,
+                   help=f"input dtype (default {DEFAULT_DTYPE}); one per input with ';', "
+                        "e.g. int64;float32")
     s.add_argument("--allow-pickle", action="store_true",
                    help="load a pickled nn.Module (this runs code from the file)")
     s.add_argument("--device-key", help="device key to tune for (default cpu-local)")
@@ -103,13 +106,21 @@ def _submit_command(sub: Commands) -> None:
     s.add_argument("--force", action="store_true", help="replace a non-empty --out")
     s.add_argument("--no-wait", action="store_true", help="lab mode: return after submitting")
     s.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
-    s.add_argument("--wait-for-devices", type=float, metavar="SECONDS",
+    s.add_argument("--wait-for-devices", type=float, metavar="SECONDS", default=0.0,
                    help="lab mode: wait this long for a host with phones of the key "
-                        "(default: fail at once)")
-    s.add_argument("--priority", default="normal", choices=list(PRIORITIES),
-                   help="queued rounds of a higher priority job run first (default normal; "
-                        "jobs of one priority share the phones round by round)")
+                        "(default 0: fail at once)")
+    s.add_argument("--priority", default=DEFAULT_PRIORITY, choices=list(PRIORITIES),
+                   help=f"queued rounds of a higher priority job run first (default "
+                        f"{DEFAULT_PRIORITY}; jobs of one priority share the phones round by "
+                        "round)")
+    _json_flag(s)
     s.set_defaults(func=cmd_submit)
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON on stdout (without waiting: job_id and "
+                        "out); progress goes to stderr")
 
 def _job_commands(sub: Commands) -> None:
     rs = sub.add_parser("resume", help="continue a job that stopped half-way (from the store)")
@@ -120,6 +131,7 @@ def _job_commands(sub: Commands) -> None:
     rs.add_argument("--broker")
     rs.add_argument("--allow-pickle", action="store_true",
                     help="the model may be a pickle (it runs code): never taken from the store")
+    _json_flag(rs)
     rs.set_defaults(func=cmd_resume)
 
     wt = sub.add_parser("wait", help="take over a lab job whose submitting client died: wait, "
@@ -131,6 +143,7 @@ def _job_commands(sub: Commands) -> None:
     wt.add_argument("--broker")
     wt.add_argument("--allow-pickle", action="store_true",
                     help="the model may be a pickle (it runs code): never taken from the store")
+    _json_flag(wt)
     wt.set_defaults(func=cmd_wait)
 
     st = sub.add_parser("status", help="progress of jobs on a farm")
@@ -237,26 +250,61 @@ def _up_command(sub: Commands) -> None:
 
 
 def _cache_commands(sub: Commands) -> None:
-    c = sub.add_parser("cache", help="what the record store holds: ls, show KEY, stats, "
-                                     "export DIR [--all], import DIR, rm KEY[,KEY]|--source S, "
-                                     "verify [KEY,KEY], archive")
-    c.add_argument("action", choices=["ls", "show", "stats", "export", "import", "rm",
-                                      "verify", "archive"])
-    c.add_argument("arg", nargs="?", help="workload key (show; rm: comma-separated) or folder "
-                                          "(export, import)")
-    c.add_argument("--device-key", help="only this device key (import: the key to file under)")
-    c.add_argument("--retarget", action="store_true",
-                   help="import: file records tuned for another target under the profile's")
-    c.add_argument("--source", help="rm: only the records from this job id, host or import "
-                                    "path (all workloads, or the keys given)")
-    c.add_argument("--all", action="store_true",
-                   help="export: every record (Redis's and the archive's, failures too), not "
-                        "only the best of each workload")
-    c.add_argument("--tracker", help="verify: HOST:PORT of a tracker with phones of the key "
-                                     "(default: the embedded farm's emulated phones)")
-    c.add_argument("--json", action="store_true")
-    c.add_argument("--broker")
-    c.set_defaults(func=cmd_cache)
+    c = sub.add_parser("cache", help="what the record store holds: ls, show, stats, export, "
+                                     "import, rm, verify, archive",
+                       description="What the record store holds. `farm cache ACTION --help` "
+                                   "shows an action's arguments.")
+    actions = c.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = _cache_action(actions, "ls", "workloads: key, device key, trials, unverified, best, "
+                                      "task")
+    ls.add_argument("--device-key", help="only this device key")
+    ls.add_argument("--json", action="store_true", help="the rows as JSON")
+    show = _cache_action(actions, "show", "one workload as JSON: failures, jobs, hosts, "
+                                          "sources, top records")
+    show.add_argument("workload_key", metavar="KEY", help="workload key (`farm cache ls`)")
+    show.add_argument("--top", type=int, default=5, help="records shown (default 5)")
+    show.add_argument("--json", action="store_true", help="(JSON is what show prints)")
+    stats = _cache_action(actions, "stats", "counts, and capacity as JSON: bytes per "
+                                            "measurement, measurements a day, days left")
+    stats.add_argument("--json", action="store_true", help="(JSON is what stats prints)")
+    ex = _cache_action(actions, "export", "the best record per workload as a MetaSchedule "
+                                          "JSONDatabase")
+    ex.add_argument("folder", metavar="DIR", help="the JSONDatabase folder to write")
+    ex.add_argument("--all", action="store_true",
+                    help="every record (Redis's and the archive's, failures too), not only "
+                         "the best of each workload")
+    ex.add_argument("--device-key", help="only this device key")
+    im = _cache_action(actions, "import", "seed the store from a MetaSchedule JSONDatabase "
+                                          "(unverified records)")
+    im.add_argument("folder", metavar="DIR", help="the JSONDatabase folder to read")
+    im.add_argument("--device-key", help="the key to file the records under (default the "
+                                         "config's)")
+    im.add_argument("--retarget", action="store_true",
+                    help="file records tuned for another target under the profile's")
+    rm = _cache_action(actions, "rm", "forget workloads, or the records of a source")
+    rm.add_argument("workload_keys", nargs="?", metavar="KEY[,KEY]",
+                    help="workload keys, comma-separated")
+    rm.add_argument("--source", help="only the records from this job id, host or import path "
+                                     "(all workloads, or the keys given)")
+    ve = _cache_action(actions, "verify", "measure the stored bests again on a phone of the "
+                                          "key: the drift")
+    ve.add_argument("workload_keys", nargs="?", metavar="KEY[,KEY]",
+                    help="workload keys, comma-separated (default: every best of the key)")
+    ve.add_argument("--device-key", help="the device key (default the config's)")
+    ve.add_argument("--tracker", help="HOST:PORT of a tracker with phones of the key "
+                                      "(default: the embedded farm's emulated phones)")
+    ve.add_argument("--json", action="store_true", help="the rows as JSON")
+    _cache_action(actions, "archive", "move waiting records to the archive now; delete days "
+                                      "past the retention")
+
+
+def _cache_action(actions: Commands, name: str, text: str) -> argparse.ArgumentParser:
+    """`farm cache NAME`, with the flag every action has."""
+    a = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+    a.add_argument("--broker", help="the lab farm's store (default: $FARM_BROKER_URL, else the "
+                                    "embedded farm's)")
+    a.set_defaults(func=cmd_cache)
+    return a
 
 
 def _one_line(e: FarmError) -> str:

@@ -1,9 +1,12 @@
-"""`farm cache ls | show | stats | export | import | rm | verify`: the record store."""
+"""`farm cache ls | show | stats | export | import | rm | verify | archive`: the record
+store. Each action is a subcommand of its own (farm/client/cli.py: _cache_commands) and a
+function here; `cmd_cache` opens the store for it."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from farm.client.common import config_of, report, store_of
@@ -17,11 +20,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.action == "import":  # a wrong folder is refused before the store is opened
         from farm.client.cache import check_log_dir
 
-        if not args.arg:
-            raise UsageError("farm cache import needs a JSONDatabase folder")
-        check_log_dir(Path(args.arg))
+        check_log_dir(Path(args.folder))
     with store_of(args) as store:
-        return _cache(args, store)
+        ACTIONS[args.action](args, store)
+    return 0
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
@@ -32,7 +34,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
     config = config_of(args, broker_url=args.broker, device_key=args.device_key)
     profile = tuned_profile(config, report)
-    wks = args.arg.split(",") if args.arg else None
+    wks = args.workload_keys.split(",") if args.workload_keys else None
     if config.store_url:
         if not args.tracker:
             raise UsageError("verifying a lab farm's store needs a tracker with phones of the "
@@ -84,8 +86,6 @@ def _archive(args: argparse.Namespace, store: RecordStore) -> None:
 
 def _import(args: argparse.Namespace, store: RecordStore) -> None:
     """`farm cache import`: seed the store from a JSONDatabase folder, as unverified records."""
-    if not args.arg:
-        raise UsageError("farm cache import needs a JSONDatabase folder")
     from dataclasses import replace
 
     from farm.client import cache
@@ -94,7 +94,7 @@ def _import(args: argparse.Namespace, store: RecordStore) -> None:
     config = config_of(args, broker_url=getattr(args, "broker", None))
     key = args.device_key or config.device_key
     profile = tuned_profile(replace(config, device_key=key), report)
-    got = cache.import_log(store, Path(args.arg), profile, retarget=args.retarget)
+    got = cache.import_log(store, Path(args.folder), profile, retarget=args.retarget)
     print(f"imported {got.new} new records of {got.workloads} workloads for device key "
           f"{key} ({got.known} already stored); unverified until a phone of the farm "
           f"measures them (the next job's first rounds measure the best of them)")
@@ -102,55 +102,67 @@ def _import(args: argparse.Namespace, store: RecordStore) -> None:
         print(line)
     if got.refused and not got.new and not got.known:
         raise UsageError(f"every record was refused ({sum(got.refused.values())})",
-                         subject=args.arg, hint="see the reasons above")
+                         subject=args.folder, hint="see the reasons above")
 
 
-def _cache(args: argparse.Namespace, store: RecordStore) -> int:
+def _ls(args: argparse.Namespace, store: RecordStore) -> None:
     from farm.client import cache
 
-    if args.action == "ls":
-        rows = cache.entries(store, args.device_key)
-        if args.json:
-            print(json.dumps(rows, indent=2))
-            return 0
-        print(f"{'workload key':26} {'device key':14} {'trials':>6} {'unverified':>10} "
-              f"{'best us':>10}  task")
-        for r in rows:
-            best = f"{r['best_us']:.1f}" if r["best_us"] is not None else "-"
-            print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} "
-                  f"{r['unverified']:10} {best:>10}  {r['name']}")
-    elif args.action == "show":
-        if not args.arg:
-            raise UsageError("farm cache show needs a workload key")
-        print(json.dumps(cache.show(store, args.arg), indent=2))
-    elif args.action == "stats":
-        print(json.dumps(cache.stats(store), indent=2))
-    elif args.action == "export":
-        if not args.arg:
-            raise UsageError("farm cache export needs a folder")
-        if args.all:
-            n = cache.export_all(store, Path(args.arg), args.device_key)
-            print(f"exported {n} records (every one, the archive's too) to {args.arg}/ "
-                  "(MetaSchedule JSONDatabase)")
-        else:
-            n = cache.export(store, Path(args.arg), args.device_key)
-            print(f"exported the best record of {n} workloads to {args.arg}/ (MetaSchedule "
-                  "JSONDatabase)")
-    elif args.action == "archive":
-        _archive(args, store)
-    elif args.action == "import":
-        _import(args, store)
-    elif args.action == "rm":
-        if not args.arg and not args.source:
-            raise UsageError("farm cache rm needs workload keys or --source",
-                             hint="`farm cache ls` lists workload keys; --source takes a job "
-                                  "id, a host or an import path")
-        wks = args.arg.split(",") if args.arg else []
-        unknown = [wk for wk in wks if store.get_workload(wk) is None]
-        if unknown:
-            raise UsageError(f"no such workload: {', '.join(unknown)}", subject="farm cache rm",
-                             hint="`farm cache ls` lists them")
-        gone = cache.remove(store, wks, args.source)
-        print(f"removed {gone['workloads']} workloads and {gone['records']} records"
-              + (f" from {args.source}" if args.source else ""))
-    return 0
+    rows = cache.entries(store, args.device_key)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'workload key':26} {'device key':14} {'trials':>6} {'unverified':>10} "
+          f"{'best us':>10}  task")
+    for r in rows:
+        best = f"{r['best_us']:.1f}" if r["best_us"] is not None else "-"
+        print(f"{r['workload_key']:26} {r['device_key']:14} {r['trials']:6} "
+              f"{r['unverified']:10} {best:>10}  {r['name']}")
+
+
+def _show(args: argparse.Namespace, store: RecordStore) -> None:
+    from farm.client import cache
+
+    print(json.dumps(cache.show(store, args.workload_key, args.top), indent=2))
+
+
+def _stats(args: argparse.Namespace, store: RecordStore) -> None:
+    from farm.client import cache
+
+    print(json.dumps(cache.stats(store), indent=2))
+
+
+def _export(args: argparse.Namespace, store: RecordStore) -> None:
+    from farm.client import cache
+
+    if args.all:
+        n = cache.export_all(store, Path(args.folder), args.device_key)
+        print(f"exported {n} records (every one, the archive's too) to {args.folder}/ "
+              "(MetaSchedule JSONDatabase)")
+    else:
+        n = cache.export(store, Path(args.folder), args.device_key)
+        print(f"exported the best record of {n} workloads to {args.folder}/ (MetaSchedule "
+              "JSONDatabase)")
+
+
+def _rm(args: argparse.Namespace, store: RecordStore) -> None:
+    from farm.client import cache
+
+    if not args.workload_keys and not args.source:
+        raise UsageError("farm cache rm needs workload keys or --source",
+                         hint="`farm cache ls` lists workload keys; --source takes a job "
+                              "id, a host or an import path")
+    wks = args.workload_keys.split(",") if args.workload_keys else []
+    unknown = [wk for wk in wks if store.get_workload(wk) is None]
+    if unknown:
+        raise UsageError(f"no such workload: {', '.join(unknown)}", subject="farm cache rm",
+                         hint="`farm cache ls` lists them")
+    gone = cache.remove(store, wks, args.source)
+    print(f"removed {gone['workloads']} workloads and {gone['records']} records"
+          + (f" from {args.source}" if args.source else ""))
+
+
+# each action of `farm cache` that reads or writes the store (verify starts phones: above)
+ACTIONS: dict[str, Callable[[argparse.Namespace, RecordStore], None]] = {
+    "ls": _ls, "show": _show, "stats": _stats, "export": _export, "import": _import,
+    "rm": _rm, "archive": _archive}

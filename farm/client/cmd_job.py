@@ -7,14 +7,12 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.client.common import config_of, report, store_of
 from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
-from farm.pipeline.preflight import is_result
 
 if TYPE_CHECKING:
     from farm.pipeline.wait import View
@@ -23,23 +21,20 @@ if TYPE_CHECKING:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from farm.pipeline.job import SubmitOptions, submit
-    from farm.pipeline.options import DEFAULT_TRIALS
+    from farm.pipeline.options import trial_budgets
 
     config = config_of(args, device_key=args.device_key, round_trials=args.round_trials,
-                     phones=args.phones, broker_url=args.broker)
-    if args.trials is not None and args.trials < 1:  # left out: no job budget (0 below)
-        raise UsageError(f"must be a whole number >= 1, got {args.trials}", subject="--trials",
-                         hint="e.g. --trials 500, or leave it out for no job budget")
+                       phones=args.phones, broker_url=args.broker)
+    trials_per_task, budget = trial_budgets(args.trials_per_task, args.trials)
     opts = SubmitOptions(
-        model=Path(args.model), out=Path(args.out),
-        trials_per_task=(args.trials_per_task if args.trials_per_task is not None
-                         else (args.trials if args.trials else DEFAULT_TRIALS)),
-        trials_budget=args.trials or 0, early_stop_rounds=args.early_stop or 0,
+        model=Path(args.model), out=Path(args.out), trials_per_task=trials_per_task,
+        trials_budget=budget, early_stop_rounds=args.early_stop,
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
-        wait_for_devices_s=args.wait_for_devices or 0.0, priority=args.priority,
+        wait_for_devices_s=args.wait_for_devices, priority=args.priority,
     )
-    return _print_summary(submit(opts, config, report=report, view=_live_view()), opts.out)
+    summary = submit(opts, config, report=report, view=_live_view())
+    return _print_summary(summary, opts.out, args.json)
 
 
 def _live_view() -> View | None:
@@ -49,33 +44,32 @@ def _live_view() -> View | None:
     return LiveView() if sys.stderr.isatty() else None
 
 
-def _print_summary(summary: JsonDict, out: Path) -> int:
+def _print_summary(summary: JsonDict, out: Path, as_json: bool = False) -> int:
+    """The job's result on stdout (its progress went to stderr): the table, or with
+    `as_json` the summary as JSON; a job not waited for as {"job_id", "state", "out"}."""
     from farm.client.progress import format_table
 
     if "tasks" not in summary:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "out": str(summary.get("out", out))}))
         return 0
+    code = 0 if summary["numerics_ok"] else 7
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return code
     print(format_table(summary))
     print(f"results in {out}/ (summary.json, best/, model.so, report.html)")
-    return 0 if summary["numerics_ok"] else 7
+    return code
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a job from the records in the store: only what is missing is measured."""
-    from farm.pipeline.job import SubmitOptions, submit
+    from farm.client.jobs import resume
 
-    with store_of(args) as store:
-        job = store.require_job(args.job)
-    config = config_of(args, broker_url=args.broker, device_key=job.device_key,
-                     round_trials=job.round_trials)
     out = Path(args.out) if args.out else None
-    # the job's own --out is replaced only when it holds a result of the farm's (a store
-    # others can write must not name a folder for this command to delete)
-    opts = SubmitOptions.from_job(job, out=out, timeout_s=args.timeout, wait=not args.no_wait,
-                                  allow_pickle=args.allow_pickle)
-    opts = replace(opts, force=out is not None or is_result(opts.out))
-    return _print_summary(submit(opts, config, report=report, resume=job.job_id,
-                                 view=_live_view()), opts.out)
+    summary = resume(args.job, config_of(args, broker_url=args.broker), report, out=out,
+                     wait=not args.no_wait, timeout_s=args.timeout,
+                     allow_pickle=args.allow_pickle, view=_live_view())
+    return _print_summary(summary, Path(summary["out"]), args.json)
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -85,14 +79,14 @@ def cmd_wait(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     summary = follow(args.job, config, report, out=out, force=args.force,
                      timeout_s=args.timeout, allow_pickle=args.allow_pickle)
-    return _print_summary(summary, out or Path(summary.get("out", ".")))
+    return _print_summary(summary, out or Path(summary.get("out", ".")), args.json)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from farm.client.jobs import cancel
 
     with store_of(args) as store:
-        store.require_job(args.job)
-        store.set_job_status(args.job, state="cancelled", cancelled_at=str(time.time()))
+        cancel(store, args.job)
     print(f"job {args.job}: cancelled; rounds not yet started will not run")
     return 0
 
@@ -106,12 +100,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace, store: RecordStore) -> int:
-    from farm.client.progress import job_view, render
+    from farm.client.jobs import recent
+    from farm.client.jobs import views as views_of
+    from farm.client.progress import render
 
-    job_ids = [args.job] if args.job else store.job_ids()[-10:]
+    job_ids = [args.job] if args.job else recent(store)
     live = getattr(args, "watch", False)
     while True:
-        views = [job_view(store, store.require_job(job_id)) for job_id in job_ids]
+        views = views_of(store, job_ids)
         if args.json:
             print(json.dumps(views, indent=2))
         else:

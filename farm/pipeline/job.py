@@ -290,11 +290,13 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
 
 def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
            out: Path | None = None, force: bool = False,
-           timeout_s: float | None = None, allow_pickle: bool = False) -> JsonDict:
+           timeout_s: float | None = None, allow_pickle: bool = False,
+           view: View | None = None) -> JsonDict:
     """`farm wait JOB`: the client's part of a lab job whose submitting client died or did not
     wait. Waits for it (the farm's supervisor re-sends lost rounds and finalizes it; finalize
     here too, once per job, is a no-op then), and when its model file is readable here,
-    compiles it into <out> (default: the job's own --out) like `farm submit` would."""
+    compiles it into <out> (default: the job's own --out) like `farm submit` would. `view`:
+    as `submit`'s."""
     t0 = time.monotonic()
     if not config.broker_url:
         raise UsageError("`farm wait` follows a job on a lab farm; an embedded farm stops with "
@@ -309,11 +311,12 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
             check_out_dir(opts.out, opts.force)
             check_out_writable(opts.out, [opts.model, Path(config.home)])
             # the job's own device key (its profile); the rest of the config as it is here
-            sub = Submission(opts, replace(config, device_key=job.device_key), report, t0=t0)
+            sub = Submission(opts, replace(config, device_key=job.device_key), report,
+                             view=view, t0=t0)
             prep = prepare(sub)
             check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, sub)
-        wait_for_job(farm, job, report, timeout_s)
+        wait_for_job(farm, job, report, timeout_s, view=view)
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
         report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
                f"best record); {opts.model} is not readable here, so it was not compiled")

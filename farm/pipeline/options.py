@@ -1,5 +1,8 @@
-"""What a job was asked to do: the options of `farm submit`, kept with the job so that
-`farm resume` and `farm wait` can redo the client's part."""
+"""What a job was asked to do: the options of `farm submit` and `farm.Farm.submit`, kept with
+the job so that `farm resume` and `farm wait` can redo the client's part.
+
+The one source of their defaults and meanings: the command's flags and the API's keywords
+of one name mean the same here (`trial_budgets`)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,24 @@ from farm.core.errors import StoreError, UsageError
 from farm.core.messages import JobSpec
 
 DEFAULT_TRIALS = 32  # trials per task when neither --trials-per-task nor --trials says
+DEFAULT_DTYPE = "float32"  # the inputs' dtype (--dtype, dtype=)
+DEFAULT_PRIORITY = "normal"  # --priority, priority= (one of PRIORITIES)
+
+
+def trial_budgets(trials_per_task: int | None, trials: int | None) -> tuple[int, int]:
+    """(trials per task, job budget) for `--trials-per-task` / `trials_per_task=` and
+    `--trials` / `trials=`, None where left out. No job budget: every task gets
+    `trials_per_task` (default DEFAULT_TRIALS). A job budget N: the planner spends N where it
+    pays most, and a task may take all of it unless `trials_per_task` caps it. The job
+    budget 0 is "none" (SubmitOptions.trials_budget); given, it is at least 1."""
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
+                               or trials < 1):
+        raise UsageError(f"must be a whole number >= 1, got {trials!r}", subject="--trials",
+                         hint="e.g. --trials 500 (trials=500), or leave it out for no job "
+                              "budget")
+    if trials is None:
+        return (DEFAULT_TRIALS if trials_per_task is None else trials_per_task), 0
+    return (trials if trials_per_task is None else trials_per_task), trials
 
 
 @dataclass(frozen=True)
@@ -21,14 +42,14 @@ class SubmitOptions:
     trials_budget: int = 0  # > 0: a job budget spent by the planner (--trials N)
     early_stop_rounds: int = 0  # > 0: stop a task after this many rounds without gain
     input_shape: str | None = None
-    dtype: str = "float32"
+    dtype: str = DEFAULT_DTYPE
     allow_pickle: bool = False
     force: bool = False
     wait: bool = True
     timeout_s: float | None = None  # None: wait as long as the job runs
     tracker: str | None = None  # lab mode: where to run the compiled model (None: this CPU)
     wait_for_devices_s: float = 0.0  # lab mode: wait for a host with phones of the key
-    priority: str = "normal"  # high | normal | low (PRIORITIES)
+    priority: str = DEFAULT_PRIORITY  # high | normal | low (PRIORITIES)
     # the CPU a host_cpu profile is tuned for (None: found now, see target_cpu); a resumed
     # job keeps its own
     target_cpu: str | None = None
@@ -58,8 +79,8 @@ class SubmitOptions:
                    trials_per_task=int(o.get("trials_per_task", job.trials_per_task)),
                    trials_budget=int(o.get("trials_budget", 0)),
                    early_stop_rounds=int(o.get("early_stop_rounds", 0)),
-                   input_shape=o.get("input_shape"), dtype=o.get("dtype", "float32"),
+                   input_shape=o.get("input_shape"), dtype=o.get("dtype", DEFAULT_DTYPE),
                    tracker=o.get("tracker"),
-                   priority=o.get("priority", "normal"),
+                   priority=o.get("priority", DEFAULT_PRIORITY),
                    target_cpu=str(job.target.get("mcpu", "")), force=force, wait=wait,
                    timeout_s=timeout_s, allow_pickle=allow_pickle)
