@@ -47,12 +47,10 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                 wait_for_phones(addr, key, 1, timeout_s=60)
             trackers[host] = addr
         workers = {}
-        metrics_port = services.free_port()  # host 1 serves Prometheus metrics
-        for host, addr in trackers.items():
-            metrics = ["--metrics-port", str(metrics_port)] if host == HOST1 else []
+        for host, addr in trackers.items():  # their /metrics: tests/integration/test_metrics.py
             workers[host] = group.add(services.start_worker(
                 addr, redis_url, logs, name=host.split("@")[1],
-                extra=["--hostname", host, *metrics], env={**env}))
+                extra=["--hostname", host], env={**env}))
         beating(redis_url, workers)  # a job submitted before a host's first beat finds no phones
         flower_port = services.free_port()
         group.add(services.start("flower", [sys.executable, "-m", "farm", "flower",
@@ -60,8 +58,7 @@ def lab(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                                             "--auth", "lab:secret"], logs))
         yield {"redis": redis_url, "trackers": trackers, "workers": workers, "logs": logs,
                "group": group, "env": {"FARM_BROKER_URL": redis_url, **env},
-               "flower": f"http://127.0.0.1:{flower_port}",
-               "metrics": f"http://127.0.0.1:{metrics_port}/metrics"}
+               "flower": f"http://127.0.0.1:{flower_port}"}
     finally:
         group.stop()
 
@@ -422,51 +419,6 @@ def test_the_python_api_submits_to_the_lab_and_waits_later(lab, tmp_path, monkey
     assert (tmp_path / "out" / "model.so").is_file()
     hosts = set().union(*hosts_of_records(lab["redis"], summary).values())
     assert hosts <= {HOST1, HOST2} and hosts  # measured on the lab's phones
-
-
-def scrape(url: str) -> dict[tuple[str, frozenset], float]:
-    """Prometheus' text format, parsed by prometheus_client: (name, labels) -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def test_a_worker_serves_prometheus_metrics_that_move_with_a_job(lab, tmp_path):
-    from tests.faults.conftest import tiny_model, wait_until
-
-    wait_devices(lab, tmp_path, {HOST1, HOST2})
-    before = scrape(lab["metrics"])
-    assert before[("tunefarm_phones", frozenset({("host", HOST1), ("device_key", "cpu-local"),
-                                                 ("state", "total")}))] == 1
-    assert before[("tunefarm_phones", frozenset({("host", HOST1), ("device_key", "a"),
-                                                 ("state", "total")}))] == 1
-    workloads = before[("tunefarm_store_workloads", frozenset())]
-    # two tasks of four 2-trial rounds each: the store commits eight times while the job runs,
-    # so a scrape that saw the first commits sees a later one (one 4-trial round committed all
-    # its records at once, and the job left /metrics before a second scrape could see more)
-    model = tiny_model(tmp_path / "metrics.pt2", width=17, layers=2)
-    proc = run_farm(["submit", str(model), "--trials-per-task", "8", "--round-trials", "2",
-                     "--no-wait", "--out", str(tmp_path / "out")], tmp_path, env=lab["env"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    job_id = json.loads(proc.stdout)["job_id"]
-
-    def new_records() -> float:
-        got = scrape(lab["metrics"])
-        return sum(v for (name, labels), v in got.items()
-                   if name == "tunefarm_measurements_total" and ("job", job_id) in labels
-                   and ("kind", "new") in labels)
-
-    first = wait_until("the job's measurements on /metrics", new_records, timeout_s=300)
-    assert first >= 1
-    assert wait_until("more of them", lambda: new_records() > first or None, timeout_s=300)
-    after = scrape(lab["metrics"])
-    assert after[("tunefarm_store_workloads", frozenset())] > workloads
-    assert ("tunefarm_rounds_queued", frozenset({("device_key", "cpu-local")})) in after
-    done = run_farm(["wait", job_id], tmp_path, env=lab["env"], timeout_s=600)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_flower_pages_name_each_round_in_a_browser(lab, spread, tmp_path):

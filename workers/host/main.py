@@ -10,6 +10,7 @@ import socket
 import tempfile
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
@@ -18,6 +19,10 @@ from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
 from farm.jobs.dispatch import queue_for
 from farm.store import RecordStore, configured_store, open_broker
+from farm.store.broker import BrokerQueues
+
+if TYPE_CHECKING:
+    from farm.jobs.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +68,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
                             grace_s=float(config.host_ttl_s))
     supervisor.retention_days = config.archive_retention_days
     supervisor.start()
-    if config.metrics_port:
-        from workers.host.metrics import serve
-
-        serve(store, broker, name, keys, config.metrics_host, config.metrics_port)
+    metrics = serve_metrics(config, store, broker, name, supervisor) \
+        if config.metrics_port else None
     argv = ["worker", "-Q", ",".join(sorted(queues)),
             "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
             "-E", "-P", pool, "--without-mingle", "--without-gossip"]
@@ -77,9 +80,30 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         beat.stop()
         beat.join(timeout=10)
         store.close()
-        if gate_dir:
-            shutil.rmtree(gate_dir, ignore_errors=True)
+        for folder in (gate_dir, metrics):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def serve_metrics(config: FarmConfig, store: RecordStore, broker: BrokerQueues, name: str,
+                  supervisor: Supervisor) -> str:
+    """This host's /metrics (workers/host/metrics.py): the farm-wide series while its
+    supervisor leads, its own, and its rounds' times, observed in the pool processes about
+    to fork (workers/host/round_times.py). Returns the folder of their files (the worker
+    removes it when it ends)."""
+    from workers.host.metrics import FarmCollector, serve
+    from workers.host.round_times import RoundTimes, multiprocess_folder
+
+    folder = multiprocess_folder()
+    try:
+        RoundTimes(config, name).connect()
+        serve(FarmCollector(store, broker, name, leads=lambda: supervisor.leading),
+              config.metrics_host, config.metrics_port, multiprocess=folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
 
 
 def default_name() -> str:

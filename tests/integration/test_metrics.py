@@ -1,0 +1,174 @@
+"""Prometheus metrics of a farm of two worker hosts add up to the store's truth.
+
+One Redis, two worker hosts (prefork pools), each with its own tracker and one phone of key
+`cpu-local`, each serving /metrics. A job runs over both; while it runs, both hosts' /metrics
+are scraped over HTTP and added up as the dashboard (deploy/grafana/tunefarm.json) adds them:
+the farm-wide counters come from one host only and equal the store's counts; after it, the
+round times the pool processes observed add up to the store's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import redis
+
+from farm.local import services
+from farm.store import open_store
+from farm.store.store import total_counts
+from tests.helpers import run_farm
+
+pytestmark = pytest.mark.integration
+
+HOSTS = ("farm@metrics1", "farm@metrics2")
+Samples = dict[tuple[str, frozenset], float]
+
+
+@pytest.fixture(scope="module")
+def farm2(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
+    redis.Redis.from_url(redis_url).flushdb()
+    logs = tmp_path_factory.mktemp("metrics-logs")
+    group = services.ServiceGroup()
+    env = {"FARM_HOST_TTL_S": "6", "FARM_SUPERVISOR_INTERVAL_S": "1"}
+    try:
+        from farm.devices.tracker import wait_for_phones
+
+        metrics = {}
+        for host in HOSTS:
+            svc, addr = services.start_tracker(logs)
+            group.add(svc)
+            group.add(services.start_phone(addr, "cpu-local", 0, logs / host))
+            wait_for_phones(addr, "cpu-local", 1, timeout_s=60)
+            port = services.free_port()
+            group.add(services.start_worker(
+                addr, redis_url, logs, name=host.split("@")[1], env=dict(env),
+                extra=["--hostname", host, "--concurrency", "1", "--metrics-port", str(port)]))
+            metrics[host] = f"http://127.0.0.1:{port}/metrics"
+        store = open_store(redis_url)
+        yield {"redis": redis_url, "metrics": metrics, "store": store, "group": group,
+               "env": {"FARM_BROKER_URL": redis_url, **env}}
+        store.close()
+    finally:
+        group.stop()
+
+
+def scrape(url: str) -> Samples:
+    """Prometheus' text format, parsed by prometheus_client: (name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def scrape_all(farm2) -> dict[str, Samples]:
+    return {host: scrape(url) for host, url in farm2["metrics"].items()}
+
+
+def values(scraped: dict[str, Samples], name: str, **labels: str) -> dict[str, float]:
+    """Per host, the sum of `name`'s samples with `labels` (hosts without one: left out)."""
+    out: dict[str, float] = {}
+    for host, samples in scraped.items():
+        found = [v for (n, ls), v in samples.items()
+                 if n == name and set(labels.items()) <= ls]
+        if found:
+            out[host] = sum(found)
+    return out
+
+
+def leader(farm2) -> str | None:
+    got = scrape_all(farm2)
+    leads = [h for h in HOSTS if got[h].get(("tunefarm_leader", frozenset({("host", h)}))) == 1]
+    return leads[0] if len(leads) == 1 else None
+
+
+def until(what: str, check, timeout_s: float = 120, every_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every_s)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+def test_two_hosts_metrics_add_up_to_the_store(farm2, tmp_path: Path):
+    from tests.faults.conftest import tiny_model
+
+    store = farm2["store"]
+    until("both hosts' heartbeats", lambda: {h.name for h in store.hosts()} == set(HOSTS))
+    lead = until("one host leads and says so on /metrics", lambda: leader(farm2))
+    before = scrape_all(farm2)
+    for host in HOSTS:  # a host serves its own phones, with its name, and its process
+        own = ("tunefarm_phones", frozenset({("host", host), ("device_key", "cpu-local"),
+                                             ("state", "total")}))
+        assert before[host][own] == 1
+        assert all(dict(ls).get("host", host) == host for (n, ls) in before[host]
+                   if n.startswith("tunefarm_")), host
+        assert ("process_cpu_seconds_total", frozenset()) in before[host]
+    model = tiny_model(tmp_path / "metrics.pt2", width=23, layers=2)
+    proc = run_farm(["submit", str(model), "--trials-per-task", "6", "--round-trials", "2",
+                     "--no-wait", "--out", str(tmp_path / "out")], tmp_path, env=farm2["env"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = json.loads(proc.stdout)["job_id"]
+    stable = check_counters_while_running(farm2, job_id, lead)
+    assert stable and stable["new"] > 0, "no scrape saw the job's measurements settled"
+    done = run_farm(["wait", job_id], tmp_path, env=farm2["env"], timeout_s=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_round_times(farm2, job_id, before)
+
+
+def check_counters_while_running(farm2, job_id: str, lead: str) -> dict[str, int]:
+    """Until the job ends: the store's counts read before and after scraping both hosts bound
+    the dashboard's sum of the job's counters; equal when the store did not move. Returns the
+    last settled counts."""
+    store, stable = farm2["store"], {}
+    deadline = time.monotonic() + 600
+    while job_id in store.active_jobs():
+        assert time.monotonic() < deadline, "the job did not end in 600 s"
+        s0 = total_counts(store.job_counts(job_id))
+        scraped = scrape_all(farm2)
+        s1 = total_counts(store.job_counts(job_id))
+        for kind in s0:
+            per_host = values(scraped, "tunefarm_measurements_total", job_id=job_id, kind=kind)
+            if not per_host:  # not yet seen by the leader's scrape, or just finished
+                continue
+            assert set(per_host) == {lead}, (kind, per_host)  # served once, by the leader
+            total = sum(per_host.values())  # a sum over hosts is the farm's
+            assert s0[kind] <= total <= s1[kind], (kind, s0, total, s1)
+            if s0 == s1:
+                assert total == s0[kind] == max(per_host.values())
+                stable = s0
+        tasks = values(scraped, "tunefarm_job_tasks", job_id=job_id)
+        assert set(tasks) <= {lead} and sum(tasks.values()) in (0, 2), tasks
+        time.sleep(0.3)
+    return stable
+
+
+def check_round_times(farm2, job_id: str, before: dict[str, Samples]) -> None:
+    """The rounds' times the hosts' pool processes observed, summed over hosts, are the
+    store's: measuring seconds as the job's task states add them up, a round or more each."""
+    after = scrape_all(farm2)
+
+    def delta(name: str) -> float:
+        return sum(values(after, name).values()) - sum(values(before, name).values())
+
+    states = farm2["store"].task_states(job_id)
+    assert len(states) == 2 and all(s.state == "done" for s in states.values()), states
+    measured = sum(s.measure_s for s in states.values())
+    assert measured > 0
+    assert delta("tunefarm_round_measure_seconds_sum") == pytest.approx(measured, abs=1e-6)
+    rounds = delta("tunefarm_round_duration_seconds_count")
+    assert len(states) <= rounds <= sum(s.rounds for s in states.values())
+    assert delta("tunefarm_round_measure_seconds_count") == rounds
+    assert delta("tunefarm_round_duration_seconds_sum") >= measured
+    assert delta("tunefarm_round_queue_wait_seconds_count") >= len(states)
+    for host in HOSTS:  # a host's round times carry its name only
+        names = {dict(ls).get("host") for (n, ls) in after[host]
+                 if n.startswith("tunefarm_round_duration_seconds")}
+        assert names <= {host}, names
