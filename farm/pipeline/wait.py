@@ -26,7 +26,18 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
     finalizes the job, client or no client. `view`: called at every poll instead of
     reporting a line per change (the client's live view of the tasks). A store that stays
     full for `full_grace_s` (a supervisor sweep and a host TTL: nobody can write the job's
-    end into it) ends the wait with StoreError."""
+    end into it) ends the wait with StoreError. A view with a `close()` (the client's
+    LiveView: the terminal's cursor back) is closed when the wait ends, however it ends."""
+    try:
+        return _wait(farm, job, report, timeout_s, poll_s, view, full_grace_s)
+    finally:
+        close = getattr(view, "close", None)
+        if close is not None:
+            close()
+
+
+def _wait(farm: Farm, job: JobSpec, report: Callable[[str], None], timeout_s: float | None,
+          poll_s: float, view: View | None, full_grace_s: float) -> dict[str, TaskState]:
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
     outage_since: float | None = None
