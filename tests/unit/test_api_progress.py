@@ -1,0 +1,71 @@
+"""`on_progress=`: a waiting job's progress as an object (farm.Progress), at each change, with
+the line a `report=` callback gets beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import farm
+from farm.client import api
+from farm.client.jobs import ProgressFeed, progress_now, recent
+from farm.core.messages import JobSpec
+from farm.store import RecordStore, StoredRecord, TaskState, open_store
+
+
+def a_job(store: RecordStore) -> JobSpec:
+    job = JobSpec(job_id="j", model="m.pt2", device_key="cpu-local", target={},
+                  trials_per_task=8, round_trials=4, workload_keys=["a", "b"],
+                  task_names={"a": "dense", "b": "reshape"}, weights={"a": 1, "b": 1})
+    store.put_job(job)
+    store.set_job_status("j", state="running", started_at="1000")
+    store.set_task_state("j", "b", TaskState(state="exhausted", message="one schedule"))
+    return job
+
+
+def measure(store: RecordStore, n: int, best_us: float) -> None:
+    for i in range(n):
+        store.add_record(StoredRecord(workload_key="a", candidate=f"c{best_us}-{i}", record=[],
+                                      run_us=best_us + i, job_id="j"))
+    store.set_task_state("j", "a", TaskState(state="tuning", best_us=best_us))
+
+
+def test_each_change_reaches_both_callbacks_once():
+    store = open_store("memory://")
+    job = a_job(store)
+    lines: list[str] = []
+    seen: list[farm.Progress] = []
+    feed = ProgressFeed(lines.append, seen.append)
+    measure(store, 2, best_us=20.0)
+    feed(store, job)
+    feed(store, job)  # a poll that saw nothing new
+    assert len(lines) == len(seen) == 1
+    measure(store, 3, best_us=12.5)
+    feed(store, job)
+    assert len(lines) == len(seen) == 2
+    first, now = seen
+    assert now.line == lines[-1] and "5 trials measured" in now.line
+    assert (first.trials_done, now.trials_done) == (2, 5)
+    assert now.trials_total == 8 and now.job_id == "j" and now.state == "running"
+    assert now.best_us == {"dense": 12.5, "reshape": None}
+    assert [(t.name, t.state, t.trials, t.goal) for t in now.tasks] == [
+        ("dense", "tuning", 5, 8), ("reshape", "exhausted", 0, 0)]
+    assert now.tasks_finished == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        now.state = "done"  # type: ignore[misc]
+    assert progress_now(store, job) == now  # what Job.progress() reads
+
+
+def test_lines_alone_need_no_feed():
+    assert api._feed(print, None) is None  # the wait reports its lines itself
+
+
+def test_the_latest_jobs_are_listed_as_farm_status_lists_them():
+    store = open_store("memory://")
+    for i in range(12):
+        store.put_job(JobSpec(job_id=f"j{i:02}", model="m", device_key="k", target={},
+                              trials_per_task=1, round_trials=1, workload_keys=[],
+                              task_names={}, weights={}))
+    assert recent(store) == [f"j{i:02}" for i in range(2, 12)]
+    assert recent(store, 3) == ["j09", "j10", "j11"] and recent(store, 0) == []
