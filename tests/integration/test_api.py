@@ -23,14 +23,22 @@ def test_an_nn_module_is_tuned_from_python_on_the_embedded_farm(tmp_path, monkey
     lab = farm.Farm(settings={"round_trials": 2})
     assert lab.embedded
     seen: list[str] = []
+    progress: list[farm.Progress] = []
     job = lab.submit(net, example_inputs=(torch.randn(2, 21),), trials_per_task=2,
-                     out=tmp_path / "out", report=seen.append)
+                     out=tmp_path / "out", report=seen.append, on_progress=progress.append)
     summary = job.summary
     assert summary is not None and summary["job_id"] == job.job_id
     assert summary["numerics_ok"] and summary["inputs"] == [[2, 21]]
     assert summary == json.loads((tmp_path / "out" / "summary.json").read_text())
     assert all(t["trials_measured"] + t["trials_from_store"] >= 1 for t in summary["tasks"])
     assert any(line.startswith("plan: job ") for line in seen), seen  # progress reached us
+    # while the workers measured: an object at each change, its line also given as text
+    assert progress and all(p.job_id == job.job_id for p in progress)
+    assert [p.line for p in progress] == [line for line in seen if " tasks finished " in line]
+    last = progress[-1]
+    assert last.tasks_finished == len(last.tasks) == len(summary["tasks"])
+    assert last.trials_done == sum(t["trials_measured"] for t in summary["tasks"])
+    assert set(last.best_us) == {t["name"] for t in summary["tasks"]}
     assert job.wait() is summary  # a finished embedded job: nothing to wait for
     # the exported module was the job's input, not left behind by it
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.model-")]
