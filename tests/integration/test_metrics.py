@@ -138,9 +138,9 @@ def check_counters_while_running(farm2, job_id: str, lead: str) -> dict[str, int
             per_host = values(scraped, "tunefarm_measurements_total", job_id=job_id, kind=kind)
             if not per_host:  # not yet seen by the leader's scrape, or just finished
                 continue
-            assert set(per_host) == {lead}, (kind, per_host)  # served once, by the leader
             total = sum(per_host.values())  # a sum over hosts is the farm's
-            assert s0[kind] <= total <= s1[kind], (kind, s0, total, s1)
+            assert s0[kind] <= total <= s1[kind], (kind, s0, per_host, s1)
+            assert set(per_host) == {lead}, (kind, per_host)  # served once, by the leader
             if s0 == s1:
                 assert total == s0[kind] == max(per_host.values())
                 stable = s0
