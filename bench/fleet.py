@@ -20,7 +20,9 @@ Phases, on a private redis-server (AOF on, `appendfsync everysec`, as `farm up` 
    the same keep_best.lua (pipelined; records pre-packed, so the client is not the limit;
    the spool is emptied without writing the archive: its path is phase 1's). Redis memory
    per measurement at each decade; then an AOF rewrite and a restart (AOF load) timed.
-4. **train**: a key's cost model reads its records (Redis's whole ones and, in one pass, a
+4. **train**: (with `--train-records N`, the live jobs' 500 workloads first grown to N
+   records in all through keep_best.lua, pipelined, and the spool drained into the
+   archive by the leader's drain) a key's cost model reads its records (Redis's whole ones and, in one pass, a
    sample of the archive written in phase 1) as `workers/round/costmodel.train` does;
    XGBoost's training on that many samples of synthetic features (the bench has no TVM
    workloads to featurize).
@@ -326,27 +328,90 @@ def fill(url: str, folder: Path, port: int, args: argparse.Namespace) -> dict:
 
 
 # --- phase 4: the key's cost model ---------------------------------------------------------------
+def grow_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -> None:
+    """`count` new records (distinct candidates, real traces) for `wks`, committed through
+    keep_best.lua pipelined, their whole records spooled for the archive as in a round."""
+    store = open_store(url)
+    rng = random.Random(7000 + index)
+    r = store.r
+    zdicts = {}
+    for wk in wks:  # set by the workload's first record, as add_record does
+        zdicts[wk] = store._zdict(wk, make_record(rng, wk, "grow", "h"))  # noqa: SLF001
+    pipe = r.pipeline(transaction=False)
+    for n in range(count):
+        wk = wks[n % len(wks)]
+        rec = make_record(rng, wk, "grow", f"host-{n % 100:03d}")
+        store._script(keys=[keys.records(wk), keys.best(wk), "", "", keys.unverified(wk),
+                            keys.hot(wk), keys.spool()],
+                      args=[rec.candidate, entry_of(rec), pack(rec, zdicts[wk]),
+                            "" if rec.run_us is None else repr(rec.run_us), wk, "1", "1",
+                            rec.tvm, str(store.hot_records)], client=pipe)
+        if n % 500 == 499:
+            pipe.execute()
+    pipe.execute()
+    out.put(count)
+
+
+def grow(url: str, archive: str, args: argparse.Namespace) -> dict:
+    """The live jobs' workloads grown to `--train-records` records in all, the spool drained
+    into the archive (the leader's drain, timed)."""
+    from farm.store.cold import drain
+
+    store = open_store(url, archive=archive)
+    if not [j for j in store.job_ids() if j.startswith("live")]:
+        setup_jobs(url, 10, 50, "live")
+    wks = sorted({wk for job in store.job_ids() if job.startswith("live")
+                  for wk in (store.get_job(job).workload_keys if store.get_job(job) else [])})
+    have = sum(store.record_count(wk) for wk in wks)
+    want = max(0, args.train_records - have)
+    t0 = time.monotonic()
+    out: mp.Queue = mp.Queue()
+    procs = [mp.Process(target=grow_proc, args=(url, i, wks[i::args.procs],
+                                                want // args.procs, out))
+             for i in range(args.procs)]
+    for p in procs:
+        p.start()
+    made = sum(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    commit_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    moved = 0
+    while store.spool_size():
+        moved += drain(store, store.archive)
+    return {"records": have + made, "made": made, "commit_s": round(commit_s, 1),
+            "drained": moved, "drain_s": round(time.monotonic() - t1, 1)}
+
+
 def train(url: str, archive: str) -> dict:
+    """The key's model as workers/round/costmodel.train reads it: samples chosen by their
+    entries, then every chosen one read whole (a host with no features cached: the worst
+    case) from Redis and, in one pass, the archive; XGBoost on synthetic features."""
     import numpy as np
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
-    from farm.store.cold import samples
-    from workers.round.costmodel import learnable, per_workload
+    from farm.store.cold import wholes
+    from workers.round.costmodel import per_workload
+    from workers.round.samples import pick
 
     store = open_store(url, archive=archive)
     wks = sorted({wk for job in store.job_ids() if job.startswith("live")
                   for wk in (store.get_job(job).workload_keys if store.get_job(job) else [])})
+    records = sum(store.record_count(wk) for wk in wks)
     t0 = time.perf_counter()
-    got = samples(store, store.archive, DEVICE_KEY, wks, per_workload(len(wks)))
+    picked = pick(store, wks, per_workload(len(wks)), ())
+    pick_s = time.perf_counter() - t0
+    got = wholes(store, store.archive, DEVICE_KEY, {wk: p.chosen for wk, p in picked.items()})
     read_s = time.perf_counter() - t0
-    recs = [r for wk in wks for r in learnable(got[wk])[:per_workload(len(wks))]]
+    recs = [r for wk in wks for r in got[wk].values()]
     rng = np.random.default_rng(0)
     xs = [rng.random((3, 164), dtype=np.float32) for _ in recs]
     ys = rng.random(len(recs)).astype("float32")
     t1 = time.perf_counter()
     model = XGBModel(num_tuning_cores=2, verbose_eval=0)
     model._train(xs=xs, ys=ys)  # noqa: SLF001 - as costmodel.train
-    return {"archived_read_s": round(read_s, 2), "samples": len(recs),
+    return {"records": records, "pick_by_entries_s": round(pick_s, 2),
+            "read_s": round(read_s, 2), "samples": len(recs),
             "xgb_train_s": round(time.perf_counter() - t1, 2)}
 
 
@@ -359,6 +424,10 @@ def main() -> None:
     ap.add_argument("--fill", type=int, default=10_000_000)
     ap.add_argument("--workloads", type=int, default=5000)
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--train-records", type=int, default=0,
+                    help="before training, grow the live jobs' workloads to this many "
+                         "records (the archive through the leader's drain); 0: as phase 1 "
+                         "left them")
     ap.add_argument("--skip", default="", help="phases to skip: live,sweep,fill,train")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -379,7 +448,10 @@ def main() -> None:
         if "sweep" not in skip:
             result["sweep"] = [sweep(url, n) for n in (1000, 10000)]
             print(f"sweep: {result['sweep']}", flush=True)
-        if "train" not in skip and "live" not in skip:
+        if "train" not in skip and args.train_records:
+            result["grow"] = grow(url, archive, args)
+            print(f"grow: {result['grow']}", flush=True)
+        if "train" not in skip and ("live" not in skip or args.train_records):
             result["train"] = train(url, archive)
             print(f"train: {result['train']}", flush=True)
         if "fill" not in skip:

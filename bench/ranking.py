@@ -53,15 +53,15 @@ def own_only(xs: list[np.ndarray], ys: np.ndarray, rest: list[np.ndarray]) -> np
 
 
 def features(store: Any, wk: str, recs: list[Any]) -> dict[str, np.ndarray]:
-    from workers.round import costmodel
+    from workers.round import samples
 
     cached = store.features(wk)
     missing = [r for r in recs if r.candidate not in cached]
     if missing:
-        new = costmodel.featurize(store.get_workload(wk), missing)
+        new = samples.featurize(store.get_workload(wk), missing)
         store.put_features(wk, new)
         cached.update(new)
-    return {name: costmodel.decode(text) for name, text in cached.items() if text}
+    return {name: samples.decode(text) for name, text in cached.items() if text}
 
 
 def evaluate(store: Any, mkey: str, wk: str, first: int) -> dict[str, Any] | None:

@@ -235,35 +235,23 @@ def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[St
     return [*out.values(), *cold.values()]
 
 
-def samples(store: RecordStore, archive: Archive | None, device_key: str,
-            workloads: list[str], per_workload: int) -> dict[str, list[StoredRecord]]:
-    """For a cost model of a device key: each workload's records, Redis's whole ones and, in
-    one pass over the key's archive, its `per_workload` fastest valid archived records and
-    up to a quarter as many failures (only candidates the store still holds)."""
-    import heapq
-
-    out = {wk: {r.candidate: r for r in store.records(wk)} for wk in workloads}
-    if archive is None:
-        return {wk: list(recs.values()) for wk, recs in out.items()}
+def wholes(store: RecordStore, archive: Archive | None, device_key: str,
+           wanted: dict[str, list[Entry]]) -> dict[str, dict[str, StoredRecord]]:
+    """The whole records of the entries in `wanted` (per workload, candidate -> record):
+    Redis's hot ones and the others in one pass over the device key's archive, parsing only
+    the lines of wanted candidates (the copy each entry describes). A cost model picks its
+    samples by their entries first, so it parses tens of records, not every one."""
+    out = {wk: store.whole(wk, [e.candidate for e in ents]) for wk, ents in wanted.items()}
+    missing = {wk: {e.candidate: e for e in ents if e.candidate not in out[wk]}
+               for wk, ents in wanted.items()}
+    missing = {wk: m for wk, m in missing.items() if m}
+    if archive is None or not missing:
+        return out
     _drain_for_reading(store, archive)
-    held = {wk: {e.candidate for e in store.entries(wk)} for wk in workloads}
-    fast: dict[str, list[tuple[float, int, tuple[str, int, str]]]] = {wk: [] for wk in workloads}
-    failed: dict[str, list[tuple[str, int, str]]] = {wk: [] for wk in workloads}
-    for n, (path, at, line) in enumerate(archive.lines(device_key)):
-        f = _fields(line)  # the record is parsed only when it is kept
-        wk, cand = f.get("workload_key", ""), f.get("candidate", "")
-        if wk not in out or cand not in held[wk] or cand in out[wk]:
-            continue
-        if f.get("error_class", "null") == "null" and f.get("run_us", "null") != "null":
-            heap = fast[wk]  # the slowest on top (negated), dropped past per_workload
-            heapq.heappush(heap, (-float(f["run_us"]), n, (path, at, line)))
-            if len(heap) > per_workload:
-                heapq.heappop(heap)
-        elif len(failed[wk]) < max(1, per_workload // 4):
-            failed[wk].append((path, at, line))
-    for wk in workloads:
-        for path, at, line in [x for _, _, x in fast[wk]] + failed[wk]:
-            rec = _parse(path, at, line)
-            if rec is not None:
-                out[wk].setdefault(rec.candidate, rec)
-    return {wk: list(recs.values()) for wk, recs in out.items()}
+    for path, at, line in archive.lines(device_key):
+        f = _fields(line)  # the record is parsed only when it is wanted
+        entry = missing.get(f.get("workload_key", ""), {}).get(f.get("candidate", ""))
+        rec = None if entry is None else _parse(path, at, line)
+        if rec is not None and _copy_of(entry, rec, out[rec.workload_key].get(rec.candidate)):
+            out[rec.workload_key][rec.candidate] = rec
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from farm.core.messages import JobSpec, TuneTask
@@ -191,6 +192,10 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         if best is not None and best.candidate not in self._hot.get(wk, {}):
             out.append(best)
         return out
+
+    def whole(self, wk: str, candidates: Collection[str]) -> dict[str, StoredRecord]:
+        hot = {r.candidate: r for r in self.records(wk)}
+        return {c: hot[c] for c in candidates if c in hot}
 
     def entries(self, wk: str) -> list[Entry]:
         return [Entry.of(r) for r in self._records.get(wk, {}).values()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -218,6 +219,26 @@ class RedisRecords:
                 if rec is not None:
                     out[rec.candidate] = rec
         return list(out.values())
+
+    def whole(self, wk: str, candidates: Collection[str]) -> dict[str, StoredRecord]:
+        cands = list(dict.fromkeys(candidates))
+        if not cands:
+            return {}
+        pipe = self.rb.pipeline(transaction=False)
+        pipe.hmget(keys.hot(wk), cands)
+        pipe.hmget(keys.records(wk), cands)
+        pipe.hmget(keys.best(wk), "cand", "record")
+        hot, entries, (best_cand, best_rec) = pipe.execute()
+        out: dict[str, StoredRecord] = {}
+        for cand, blob, entry in zip(cands, hot, entries, strict=True):
+            if blob is None and entry is not None and entry[:1] == b"{":
+                blob = entry  # the layout before
+            if blob is None and best_cand == cand.encode():
+                blob = best_rec
+            rec = None if blob is None else self._whole(wk, cand, blob)
+            if rec is not None:
+                out[cand] = rec
+        return out
 
     def entries(self, wk: str) -> list[Entry]:
         out = []

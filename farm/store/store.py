@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -180,6 +181,11 @@ class Records(ABC):
         """The whole records the store keeps hot: the workload's K fastest (failures leave
         first), its best, and records of an older layout; corrupt ones are logged with their
         key and skipped. Every record, archive included: farm/store/cold.all_records."""
+
+    @abstractmethod
+    def whole(self, wk: str, candidates: Collection[str]) -> dict[str, StoredRecord]:
+        """The whole records among `candidates` that the store keeps hot (only those are
+        read and parsed); the others are in the archive (farm/store/cold.wholes)."""
 
     @abstractmethod
     def entries(self, wk: str) -> list[Entry]:

@@ -125,7 +125,7 @@ def rank_correlation(scores, run_us) -> float:
 
 
 def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_store):
-    from workers.round import costmodel
+    from workers.round import costmodel, samples
 
     store, profile, tasks, _ = farm_store
     mkey = model_key(profile.key, profile.target_json())
@@ -139,8 +139,8 @@ def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_sto
         assert stored.version == model.version
         recs = [r for r in store.records(held.workload_key) if r.valid]
         assert len(recs) >= TRIALS // 2
-        feats = costmodel.featurize(held, recs)
-        scores = stored.predict([costmodel.decode(feats[r.candidate]) for r in recs])
+        feats = samples.featurize(held, recs)
+        scores = stored.predict([samples.decode(feats[r.candidate]) for r in recs])
         run_us = [r.run_us for r in recs]
         rhos.append(rank_correlation(scores, run_us))
         # a round takes the model's first picks: the quarter it ranks first, against the mean

@@ -11,7 +11,7 @@ from farm.store.learned import model_key
 
 
 def test_features_survive_the_store_text_exactly():
-    from workers.round.costmodel import decode, encode
+    from workers.round.samples import decode, encode
 
     x = np.random.default_rng(1).random((3, 164)).astype(np.float32)
     assert np.array_equal(decode(encode(x)), x)
@@ -19,7 +19,7 @@ def test_features_survive_the_store_text_exactly():
 
 
 def test_records_are_learned_best_first_with_failures_last_and_lost_phones_never():
-    from workers.round.costmodel import cost_of, learnable
+    from workers.round.samples import cost_of, learnable
 
     recs = [StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, error_class=err)
             for c, us, err in [("a", 5.0, None), ("b", None, "build"), ("c", 2.0, None),
@@ -67,7 +67,7 @@ def test_imported_and_other_version_records_neither_train_nor_become_best():
     from tvm import __version__ as here
 
     from farm.jobs.finalize import trusted_best
-    from workers.round.costmodel import learnable
+    from workers.round.samples import learnable
 
     def rec(c: str, us: float, **kw) -> StoredRecord:
         return StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, job_id="j", **kw)

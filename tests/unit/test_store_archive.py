@@ -169,7 +169,7 @@ def test_features_are_kept_as_float16_and_read_back_as_the_cost_model_wrote_them
     import numpy as np
 
     from farm.store.packing import pack_features, unpack_features
-    from workers.round.costmodel import decode, encode
+    from workers.round.samples import decode, encode
 
     rng = np.random.default_rng(1)
     x = np.log2(1 + rng.exponential(1000, size=(3, 164))).astype(np.float32)
@@ -190,7 +190,7 @@ def test_a_workers_features_stay_on_its_disk_not_in_redis(clean_redis, tmp_path)
 
     from farm.core.messages import TuneTask
     from farm.store.features import LocalFeatures
-    from workers.round.costmodel import decode, encode
+    from workers.round.samples import decode, encode
 
     x = np.ones((2, 164), dtype=np.float32)
     store = open_store(clean_redis, features=str(tmp_path / "f.sqlite"))
@@ -210,18 +210,30 @@ def test_a_workers_features_stay_on_its_disk_not_in_redis(clean_redis, tmp_path)
     store.close()
 
 
-def test_a_cost_models_sample_takes_the_fastest_archived_and_some_failures(cold):
+def test_a_cost_models_samples_are_chosen_by_entry_and_only_they_are_read_whole(cold,
+                                                                               monkeypatch):
+    """The key's model picks its samples by their entries (no whole record read), then reads
+    those it needs whole: Redis's hot ones and, in one pass, only their lines of the archive
+    parsed; a record removed from the store is not read back from the archive."""
     from farm.core.messages import TuneTask
-    from farm.store.cold import samples
+    from farm.store import cold as cold_module
+    from farm.store.cold import wholes
+    from workers.round.samples import learnable
 
     cold.put_workload(TuneTask(name="t", workload_key="wk", weight=1, mod_json="{}",
                                target={}, device_key="k"))
     fill(cold)  # v0..v9 (10..19 us), f0..f2 failed; K=4 whole in the store
-    got = {r.candidate for r in samples(cold, cold.archive, "k", ["wk"], 3)["wk"]}
-    hot = {"v0", "v1", "v2", "v3"}
-    assert hot <= got
-    assert got - hot - {"f0", "f1", "f2"} == {"v4", "v5", "v6"}  # the 3 fastest archived
-    assert len(got & {"f0", "f1", "f2"}) == 1  # a quarter as many failures, at least one
-    cold.remove_records("wk", ["v4"])  # removed: not sampled from the archive
-    again = {r.candidate for r in samples(cold, cold.archive, "k", ["wk"], 3)["wk"]}
-    assert "v4" not in again and "v7" in again
+    chosen = learnable(cold.entries("wk"))[:7]
+    assert [e.candidate for e in chosen] == [f"v{i}" for i in range(7)]
+    parsed = []
+    real_parse = cold_module._parse
+    monkeypatch.setattr(cold_module, "_parse",
+                        lambda path, n, line: parsed.append(n) or real_parse(path, n, line))
+    got = wholes(cold, cold.archive, "k", {"wk": chosen})["wk"]
+    assert got == {f"v{i}": rec(f"v{i}", 10.0 + i) for i in range(7)}  # v0-v3 hot, v4-v6 cold
+    assert len(parsed) == 3, parsed  # of the 9 archived lines, only the 3 wanted
+    cold.remove_records("wk", ["v4"])  # removed: not chosen, not read back
+    again = learnable(cold.entries("wk"))[:7]
+    assert "v4" not in {e.candidate for e in again} and "v7" in {e.candidate for e in again}
+    assert set(wholes(cold, cold.archive, "k", {"wk": again})["wk"]) == set(
+        [f"v{i}" for i in range(8) if i != 4])

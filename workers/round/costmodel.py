@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import logging
 import time
-import zlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,11 +37,11 @@ from tvm.s_tir.meta_schedule.database import Workload
 from farm.core import keys
 from farm.core.aliases import MeasureCandidate, TuneContext
 from farm.core.messages import TuneTask
-from farm.store import RecordStore, StoredRecord
-from farm.store.cold import samples
+from farm.store import RecordStore
+from farm.store.cold import wholes
 from farm.store.learned import model_key
-from farm.store.store import FAILED_RUN_SECS
 from workers.round.database import tuning_record
+from workers.round.samples import cost_of, decode, featurize_missing, learnable, pick
 
 if TYPE_CHECKING:
     import xgboost
@@ -61,80 +60,12 @@ PER_WORKLOAD = 256  # records of one workload the key's model learns from (best 
 # fewer of each, never fewer than MIN_PER_WORKLOAD
 TRAIN_LIMIT = 4096
 MIN_PER_WORKLOAD = 16
-FEATURIZE_LIMIT = 2048  # records featurized per training: a big store is caught up over several
+
 TRAIN_CLAIM_S = 120  # one trainer per key at a time, and a key retrained at most this often
 CORRECTION_MIN = 8  # valid samples of a round's workload before they correct the key's ranking
 CORRECTION_PARAMS = {"max_depth": 4, "min_child_weight": 1.0, "eta": 0.2}  # small, few samples
 CORRECTION_ROUNDS = 40
-NEGATIVES = ("build", "runtime", "timeout", "wrong_answer", "culprit")  # failures it learns from
 
-
-def encode(x: np.ndarray) -> str:
-    """A feature matrix (stores x features, float32) as text for the store."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    return f"{x.shape[0]}:{x.shape[1]}:" + base64.b64encode(zlib.compress(x.tobytes(), 9)).decode()
-
-
-def decode(text: str) -> np.ndarray | None:
-    """The feature matrix `encode` wrote; None for a candidate that has none."""
-    if not text:
-        return None
-    rows, cols, data = text.split(":", 2)
-    raw = zlib.decompress(base64.b64decode(data))
-    return np.frombuffer(raw, dtype=np.float32).reshape(int(rows), int(cols))
-
-
-def cost_of(rec: StoredRecord) -> float:
-    """What XGBModel learns from: the run time in seconds, a failure as 1e10 s."""
-    return float(rec.run_us) * 1e-6 if rec.valid else FAILED_RUN_SECS  # type: ignore[arg-type]
-
-
-def learnable(recs: list[StoredRecord]) -> list[StoredRecord]:
-    """The records of one workload a model learns from: the best first, failures last. Only
-    what a phone of this farm measured with this TVM (not an import, not another version's
-    timing) until a phone re-measures it."""
-    from tvm import __version__ as tvm_version
-
-    recs = [r for r in recs if r.trusted(tvm_version)
-            and (r.valid or r.error_class in NEGATIVES)]
-    recs.sort(key=lambda r: (not r.valid, r.run_us or 0.0))
-    return recs
-
-
-def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dict[str, str]:
-    """Each record's MetaSchedule per-store features, encoded ("" where it has none)."""
-    import tvm
-    from tvm.s_tir.meta_schedule import TuneContext
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    from farm.tir.module import load_mod
-
-    workload = Workload(load_mod(task))
-    context = TuneContext(mod=workload.mod, target=tvm.target.Target(task.target),
-                          task_name="features", num_threads=threads)
-    extractor = PerStoreFeature()
-    out: dict[str, str] = {}
-    cands, names = [], []
-    for rec in recs:
-        try:
-            cands.append(tuning_record(rec, workload).as_measure_candidate())
-            names.append(rec.candidate)
-        except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
-            log.warning("workload %s: record %s has no features: %s", task.workload_key,
-                        rec.candidate, e)
-            out[rec.candidate] = ""
-    try:
-        feats = [x.numpy() for x in extractor.extract_from(context, cands)] if cands else []
-    except Exception:  # noqa: BLE001 - one bad schedule: the others, one at a time
-        feats = []
-        for cand in cands:
-            try:
-                feats.append(extractor.extract_from(context, [cand])[0].numpy())
-            except Exception:  # noqa: BLE001
-                feats.append(np.zeros((0, 0), dtype=np.float32))
-    for name, x in zip(names, feats, strict=True):
-        out[name] = encode(x) if x.size else ""
-    return out
 
 
 class KeyModel:
@@ -210,33 +141,18 @@ def train(store: RecordStore, mkey: str, threads: int = 1,
     t0 = time.monotonic()
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
-    budget, total, groups = FEATURIZE_LIMIT, 0, 0
     workloads = store.model_workloads(mkey)
-    # Redis's whole records and, where this host reads the archive, a sample of it (one pass)
     first = store.get_workload(workloads[0]) if workloads else None
-    share = per_workload(len(workloads))
-    known = samples(store, store.archive, first.device_key if first else "", workloads, share)
-    for wk in workloads:
-        recs = learnable(known[wk])
-        total += len(recs)
-        recs = recs[:share]
-        if wk in exclude or len(recs) < 2 or not recs[0].valid:
-            continue
-        cached = store.features(wk)
-        missing = [r for r in recs if r.candidate not in cached][:budget]
-        task = store.get_workload(wk) if missing else None
-        if task is not None:
-            new = featurize(task, missing, threads)
-            store.put_features(wk, new)
-            cached.update(new)
-            budget -= len(missing)
-        pairs = [(decode(cached[r.candidate]), cost_of(r)) for r in recs if cached.get(r.candidate)]
+    picked = pick(store, workloads, per_workload(len(workloads)), exclude)
+    featurize_missing(store, picked, first.device_key if first else "", threads)
+    for p in picked.values():
+        pairs = [(decode(p.features[e.candidate]), cost_of(e)) for e in p.chosen
+                 if p.features.get(e.candidate)]
         if len(pairs) < 2:
             continue
         costs = np.array([c for _, c in pairs], dtype=np.float32)
         xs.extend(x for x, _ in pairs)  # type: ignore[misc]
         ys.append(costs.min() / costs)
-        groups += 1
     if len(xs) < MIN_SAMPLES:
         return None
     model = XGBModel(num_tuning_cores=threads, verbose_eval=0)
@@ -245,13 +161,14 @@ def train(store: RecordStore, mkey: str, threads: int = 1,
     previous = store.cost_model(mkey)
     fields = {
         "booster": base64.b64encode(bytes(model.booster.save_raw())).decode(),
-        "version": str(int(previous.get("version", 0)) + 1), "samples": str(total),
-        "trained_on": str(len(xs)), "workloads": str(groups), "trained_at": str(time.time()),
+        "version": str(int(previous.get("version", 0)) + 1),
+        "samples": str(sum(p.learnable for p in picked.values())),
+        "trained_on": str(len(xs)), "workloads": str(len(ys)), "trained_at": str(time.time()),
         "train_s": f"{time.monotonic() - t0:.1f}", "excluded": ",".join(exclude),
     }
     store.put_cost_model(mkey, fields)
     log.info("cost model %s: trained on %d records of %d workloads in %.1f s", mkey, len(xs),
-             groups, time.monotonic() - t0)
+             len(ys), time.monotonic() - t0)
     return KeyModel(mkey, fields)
 
 
@@ -347,7 +264,11 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
 
     model = XGBModel(num_tuning_cores=threads)
     candidates, results = [], []
-    for rec in learnable(store.all_records(workload_key))[:PRETRAIN_LIMIT]:
+    chosen = learnable(store.entries(workload_key))[:PRETRAIN_LIMIT]  # picked by entries
+    task = store.get_workload(workload_key) if chosen else None
+    found = wholes(store, store.archive, task.device_key if task else "",
+                   {workload_key: chosen})[workload_key] if chosen else {}
+    for rec in (found[e.candidate] for e in chosen if e.candidate in found):
         try:
             cand = tuning_record(rec, workload).as_measure_candidate()
         except Exception as e:  # noqa: BLE001 - an unreadable record only costs its sample
