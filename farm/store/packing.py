@@ -94,7 +94,7 @@ FEATURES = b"h"  # a feature matrix as float16, zlib: what Redis keeps of a cost
 
 def pack_features(text: str) -> bytes:
     """A record's cost-model features ("rows:cols:" + base64 of zlib of float32, as
-    workers/round/costmodel.encode writes them) kept as float16 bytes: 0.3 KB, not 0.6 KB.
+    workers/round/samples.encode writes them) kept as float16 bytes: 0.3 KB, not 0.6 KB.
     MetaSchedule's per-store features are mostly log2(1 + x) values; float16 keeps them to
     a relative 5e-4. Empty text (a record without features) stays empty."""
     if not text:
