@@ -1,0 +1,82 @@
+"""A worker's collector: the farm-wide series from the leading host only, labelled `job_id`;
+the host's own series labelled with its name (workers/host/metrics.py). Against both stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.core.messages import JobSpec
+from farm.store import RecordStore, TaskState
+from farm.store.hosts import HostBeat
+from tests.unit.conftest import rec
+from workers.host.metrics import FARM_WIDE, PER_HOST, FarmCollector
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+class Queues:
+    """The broker's queue lists: 3 rounds wait for every key."""
+
+    def depth(self, queue: str) -> int:
+        return 3
+
+
+def a_farm(store: RecordStore) -> None:
+    for name, key in (("farm@a", "k"), ("farm@b", "k2")):
+        store.publish_host(HostBeat(name=name, tracker="t:9190",
+                                    phones={key: {"total": 2, "free": 1, "busy": 1}}), 60)
+    store.put_job(JobSpec(job_id="j1", model="m", device_key="k", target={}, trials_per_task=4,
+                          round_trials=2, workload_keys=["w1", "w2"],
+                          task_names={"w1": "dense", "w2": "relu"}, weights={"w1": 1, "w2": 1}))
+    store.set_active("j1", True)
+    store.set_task_state("j1", "w1", TaskState(state="tuning", host="farm@a",
+                                               failures={"build": 2}))
+    store.set_task_state("j1", "w2", TaskState(state="queued"))
+    for cand, us in (("c1", 40.0), ("c2", 25.0)):
+        store.add_record(rec(cand, us, wk="w1", job="j1"))
+    store.count_measurements("j1", "w1", device_lost=1, retries=1)
+
+
+def scrape(store: RecordStore, node: str, leads: bool) -> Samples:
+    collector = FarmCollector(store, Queues(), node, leads=lambda: leads)  # type: ignore[arg-type]
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in collector.collect() for s in family.samples}
+
+
+def names(samples: Samples) -> set[str]:
+    return {n.removesuffix("_total") for n, _ in samples}
+
+
+def test_only_the_leader_serves_the_farm_wide_series(store):
+    a_farm(store)
+    leader, other = scrape(store, "farm@a", True), scrape(store, "farm@b", False)
+    assert names(other) <= set(PER_HOST) and not names(other) & set(FARM_WIDE)
+    assert set(FARM_WIDE) - {"tunefarm_store_memory_bytes"} <= names(leader)
+    assert leader[("tunefarm_leader", frozenset({("host", "farm@a")}))] == 1
+    assert other[("tunefarm_leader", frozenset({("host", "farm@b")}))] == 0
+    job = {("job_id", "j1"), ("model", "m")}
+
+    def at(samples: Samples, name: str, **labels: str) -> float:
+        return samples[(name, frozenset(job | set(labels.items())))]
+
+    assert at(leader, "tunefarm_measurements_total", kind="measurements") == 2
+    assert at(leader, "tunefarm_measurements_total", kind="new") == 2
+    assert at(leader, "tunefarm_measurements_total", kind="device_lost") == 1
+    assert at(leader, "tunefarm_round_retries_total") == 1
+    assert at(leader, "tunefarm_failed_candidates_total", **{"class": "build"}) == 2
+    assert at(leader, "tunefarm_job_tasks", state="tuning") == 1
+    assert at(leader, "tunefarm_best_latency_seconds", task="dense") == pytest.approx(25e-6)
+    assert ("tunefarm_best_latency_seconds", frozenset(job | {("task", "relu")})) not in leader
+    assert {dict(ls)["device_key"]: v for (n, ls), v in leader.items()
+            if n == "tunefarm_rounds_queued"} == {"k": 3, "k2": 3}  # every live host's keys
+
+
+def test_a_host_serves_its_own_phones_and_rounds_with_its_name(store):
+    a_farm(store)
+    for node, key, running in (("farm@a", "k", 1), ("farm@b", "k2", 0)):
+        got = scrape(store, node, False)
+        assert {dict(ls)["host"] for n, ls in got} == {node}
+        assert got[("tunefarm_phones", frozenset({("host", node), ("device_key", key),
+                                                  ("state", "busy")}))] == 1
+        assert got[("tunefarm_rounds_running", frozenset({("host", node),
+                                                          ("device_key", key)}))] == running
