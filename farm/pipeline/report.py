@@ -1,40 +1,41 @@
 """`<out>/report.html`: one self-contained page (inline SVG, no network) explaining a job.
 
-Per task the tuning curve (best latency vs trials, with axes), what the store holds of it
-(`farm cache show KEY`), the model's time per task, tuned vs untuned vs torch, failures by
-class, trials from the store vs measured, the functions that kept a default schedule; and,
-with `against` (another run's summary), the two runs side by side.
+Per task the tuning curve over this job's trials (best latency so far on a log scale vs the
+job's trial index, failed trials marked; farm/pipeline/curves.py), its GFLOPS, what the store
+holds of it (`farm cache show KEY`); the whole model's estimated latency vs the job's trials;
+the model's time per task, tuned vs untuned vs torch, failures by class, trials from the
+store vs measured, the functions that kept a default schedule; and, with `against` (another
+run's summary), the two runs side by side.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from farm.core.aliases import JsonDict
-from farm.pipeline.summary import numerics_hint
+from farm.pipeline.curves import Point, TaskTrials, model_curve, task_trials
+from farm.pipeline.summary import gflops, numerics_hint
 from farm.store import RecordStore
 
 W, H, PAD = 360, 160, 36
+BLUE, GREEN, RED = "#1f77b4", "#2ca02c", "#d62728"  # a task's curve, the model's, failures
 
 
-def curve(store: RecordStore, wk: str) -> list[tuple[int, float]]:
-    """(trial number, best latency so far in us) over the workload's records, in measured order
-    (every measured candidate's entry: whole records or not)."""
-    records = sorted(store.entries(wk), key=lambda r: r.measured_at)
-    out, best = [], None
-    for i, r in enumerate(records, 1):
-        if r.valid and (best is None or r.run_us < best):  # type: ignore[operator]
-            best = r.run_us
-        if best is not None:
-            out.append((i, float(best)))
-    return out
-
-
-def _ticks(lo: float, hi: float) -> list[float]:
-    """Three tick values on an axis: its ends and its middle."""
-    return [lo, (lo + hi) / 2, hi]
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values of a log axis from `lo` to `hi`: 1, 2 and 5 times the powers of ten between
+    them (only the powers when that makes more than 6), else its ends and middle."""
+    ticks: list[float] = []
+    for mult in ((1.0,), (1.0, 2.0, 5.0)):
+        ticks = sorted(m * 10.0 ** k for k in range(math.floor(math.log10(lo)),
+                                                     math.ceil(math.log10(hi)) + 1)
+                       for m in mult if lo <= m * 10.0 ** k <= hi)
+        if len(ticks) >= 3:
+            return ticks if len(ticks) <= 6 or mult == (1.0,) else ticks[::2]
+    return [lo, math.sqrt(lo * hi), hi]
 
 
 def _errors(task: JsonDict) -> str:
@@ -44,41 +45,48 @@ def _errors(task: JsonDict) -> str:
     return f"<ul class=errors>{items}</ul>" if items else ""
 
 
-def svg_curve(points: list[tuple[int, float]]) -> str:
-    """The tuning curve: best latency so far (us, y) against trials measured (x), with axes."""
+def svg_curve(points: Sequence[Point], failed: Sequence[int] = (), *,
+              x_label: str = "trials of this job", y_label: str = "best us",
+              stroke: str = BLUE, title: str | None = None, cls: str = "curve") -> str:
+    """A tuning curve: best latency so far (us, y, log scale) against the job's trial index
+    (x), with axes; `failed`: trial indexes marked by red ticks on the x axis."""
     if not points:
-        return '<svg width="360" height="40"><text x="4" y="24">no valid record</text></svg>'
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
-    y0, y1 = min(ys), max(max(ys), min(ys) * 1.05 + 1e-9)
+        return (f'<svg class="{cls}" width="{W}" height="40"><text x="4" y="24">'
+                f'{html.escape(title or "no valid trial in this job")}</text></svg>')
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1 = min([*xs, *failed]), max(max([*xs, *failed]), min(xs) + 1)
+    y0, y1 = min(ys), max(max(ys), min(ys) * 1.05)
     left, bottom = PAD + 18, H - PAD + 8  # room for the y labels, and the x labels below
 
     def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * (W - left - 12)
+        return left + 6 + (x - x0) / (x1 - x0) * (W - left - 18)  # x0 clear of the y axis
 
     def sy(y: float) -> float:
-        return bottom - (y - y0) / (y1 - y0) * (bottom - 24)
+        return bottom - math.log(y / y0) / math.log(y1 / y0) * (bottom - 24)
 
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}"
                     for i, (x, y) in enumerate(points))
     axes = (f'<line x1="{left}" y1="{bottom}" x2="{W - 12}" y2="{bottom}" stroke="#555"/>'
             f'<line x1="{left}" y1="24" x2="{left}" y2="{bottom}" stroke="#555"/>')
-    for t in _ticks(x0, x1):
-        axes += (f'<text x="{sx(t):.1f}" y="{bottom + 12}" font-size="9" '
-                 f'text-anchor="middle">{t:.0f}</text>')
-    for t in _ticks(y0, y1):
+    axes += "".join(f'<line class="failed" x1="{sx(x):.1f}" y1="{bottom - 6}" x2="{sx(x):.1f}" '
+                    f'y2="{bottom + 3}" stroke="{RED}" stroke-width="2"/>' for x in failed)
+    for n in sorted({x0, (x0 + x1) // 2, x1}):
+        axes += (f'<text x="{sx(n):.1f}" y="{bottom + 12}" font-size="9" '
+                 f'text-anchor="middle">{n}</text>')
+    for t in log_ticks(y0, y1):
         axes += (f'<text x="{left - 3}" y="{sy(t) + 3:.1f}" font-size="9" '
-                 f'text-anchor="end">{t:.1f}</text>')
+                 f'text-anchor="end">{t:.3g}</text>')
     axes += (f'<text x="{(left + W) / 2:.0f}" y="{H - 2}" font-size="10" '
-             f'text-anchor="middle">trials measured</text>'
+             f'text-anchor="middle">{html.escape(x_label)}</text>'
              f'<text x="10" y="{(24 + bottom) / 2:.0f}" font-size="10" text-anchor="middle" '
-             f'transform="rotate(-90 10 {(24 + bottom) / 2:.0f})">best us</text>')
-    return (f'<svg class="curve" width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg">'
+             f'transform="rotate(-90 10 {(24 + bottom) / 2:.0f})">{html.escape(y_label)} '
+             f'(log)</text>')
+    title = title or (f"best {ys[-1]:.1f} us after {xs[-1]} trials (first valid: {ys[0]:.1f} us)"
+                      + (f", {len(failed)} failed" if failed else ""))
+    return (f'<svg class="{cls}" width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg">'
             f'<rect width="{W}" height="{H}" fill="#fafafa"/>{axes}'
-            f'<path d="{path}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
-            f'<text x="{left}" y="14" font-size="11">best {ys[-1]:.1f} us after {xs[-1]} trials'
-            f' (first valid: {ys[0]:.1f} us)</text></svg>')
+            f'<path d="{path}" fill="none" stroke="{stroke}" stroke-width="2"/>'
+            f'<text x="{left}" y="14" font-size="11">{html.escape(title)}</text></svg>')
 
 
 def svg_bars(items: list[tuple[str, float]], unit: str = "us") -> str:
@@ -159,24 +167,92 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def job_trials(summary: JsonDict, store: RecordStore) -> list[TaskTrials]:
+    """Each task's trials in this job (farm/pipeline/curves.py); other jobs' records count
+    for the model's estimate up to the job's end (when it was finalized)."""
+    at = store.job_status(summary["job_id"]).get("finalized_at")
+    until = float(at) if at else None
+    return [task_trials(store, summary["job_id"], t["workload_key"], t["weight"], until)
+            for t in summary["tasks"]]
+
+
+def task_gflops(task: JsonDict, store: RecordStore) -> float | None:
+    """The task's GFLOPS at its best latency: the summary's, or (a summary written before it
+    had them) from the FLOPs the store keeps of its workload."""
+    if "gflops" in task:
+        return task["gflops"]
+    workload = store.get_workload(task["workload_key"])
+    return gflops(workload.flop if workload else 0.0, task["best_us"])
+
+
+def _gflops(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def task_curve(task: JsonDict, trials: TaskTrials) -> str:
+    """A task's tuning curve over this job's trials, and what it means where it has none."""
+    failed = trials.failed()
+    title = None
+    if not trials.trials:
+        title = "no trial in this job" + (f": the store's best, {task['best_us']:.1f} us"
+                                          if task["best_us"] is not None else "")
+    elif len(failed) == len(trials.trials):
+        title = f"no valid trial in this job ({len(failed)} failed)"
+    svg = svg_curve(trials.best_so_far(), failed, title=title)
+    if len(trials.trials) < task["trials_measured"]:  # whole records no longer readable here
+        svg += (f"<p class=note>{len(trials.trials)} of the job's {task['trials_measured']} "
+                f"trials are readable in this store</p>")
+    return svg
+
+
+def task_table(summary: JsonDict, store: RecordStore, trials: list[TaskTrials]) -> str:
+    rows = []
+    for t, tt in zip(summary["tasks"], trials, strict=True):
+        rows.append(
+            f"<tr><td>{html.escape(t['name'])}</td><td>{t['weight']}</td>"
+            f"<td>{t['trials_measured']}</td><td>{t['trials_from_store']}</td>"
+            f"<td>{_us(t['best_us'])}</td><td class=gflops>{_gflops(task_gflops(t, store))}</td>"
+            f"<td>{_us(t.get('default_us'))}</td>"
+            f"<td>{t['weight'] * (t['best_us'] or 0):.1f}</td>"
+            f"<td>{html.escape(json.dumps(t.get('failures', {})))}{_errors(t)}</td>"
+            f"<td>{t['device_lost']}</td>"
+            f"<td>{html.escape(t['state'])}</td>"
+            f"<td>{task_curve(t, tt)}{cache_view(store, t['workload_key'])}</td></tr>")
+    return f"""<table><tr><th>task</th><th>weight</th><th>trials measured</th>
+<th>trials from store</th><th>best us</th><th>GFLOPS at best</th><th>TVM's default schedule us</th>
+<th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
+<th>tuning curve: best latency vs this job's trials (a red tick: a failed trial)</th></tr>
+{''.join(rows)}</table>"""
+
+
+def model_section(summary: JsonDict, trials: list[TaskTrials]) -> str:
+    """The whole model's estimated latency as this job's trials accumulate."""
+    points = model_curve(trials)
+    tasks = summary["tasks"]
+    target = sum(t["weight"] * t["best_us"] for t in tasks if t["best_us"] is not None)
+    left_out = [t["name"] for t in tasks if t["best_us"] is None]
+    title = (f"estimated {points[-1][1]:.1f} us after {points[-1][0]} trials "
+             f"(from {points[0][1]:.1f} us)" if points else
+             "no trial in this job: every task's best came from the store")
+    svg = svg_curve(points, x_label="trials of this job (all tasks)", y_label="model us",
+                    stroke=GREEN, title=title, cls="model-curve")
+    missing = (f" Left out, without any valid run time: {html.escape(', '.join(left_out))}."
+               if left_out else "")
+    return f"""<h2 id="model">Whole model: estimated latency vs this job's trials</h2>
+{svg}
+<p>The sum over tasks of weight x best latency so far, after each trial of this job (every
+task's trials in the order measured); a task starts from the best the store already had of
+it (other jobs'). It ends at the sum of weight x best: {target:.1f} us (the tuned model
+measured {summary['latency_us']['tuned']:.1f} us: the estimate leaves out what runs outside
+the tasks' kernels).{missing}</p>"""
+
+
 def render(summary: JsonDict, store: RecordStore,
            against: JsonDict | None = None) -> str:
     lat = summary["latency_us"]
     mismatch = "" if summary["numerics_ok"] else f": {html.escape(numerics_hint(summary))}"
     tasks = summary["tasks"]
-    rows = []
-    for t in tasks:
-        share_before = t["weight"] * (t["best_us"] or 0)
-        rows.append(
-            f"<tr><td>{html.escape(t['name'])}</td><td>{t['weight']}</td>"
-            f"<td>{t['trials_measured']}</td><td>{t['trials_from_store']}</td>"
-            f"<td>{_us(t['best_us'])}</td><td>{_us(t.get('default_us'))}</td>"
-            f"<td>{share_before:.1f}</td>"
-            f"<td>{html.escape(json.dumps(t.get('failures', {})))}{_errors(t)}</td>"
-            f"<td>{t['device_lost']}</td>"
-            f"<td>{html.escape(t['state'])}</td>"
-            f"<td>{svg_curve(curve(store, t['workload_key']))}"
-            f"{cache_view(store, t['workload_key'])}</td></tr>")
+    trials = job_trials(summary, store)
     total_weighted = sum(t["weight"] * (t["best_us"] or 0) for t in tasks) or 1.0
     shares = svg_bars([(t["name"], 100.0 * t["weight"] * (t["best_us"] or 0) / total_weighted)
                        for t in tasks], unit="%")
@@ -202,13 +278,11 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 {summary['speedup']['tuned_vs_torch']:.2f}x vs torch; numerics
 {'match torch' if summary['numerics_ok'] else '<b>do not match torch</b>'}
 (max abs err {summary['max_abs_err']:.2e}){mismatch}.</p>
+{model_section(summary, trials)}
 <h2>Share of the tuned model's time per task (weight x best latency)</h2>
 {shares}
 <h2>Tasks</h2>
-<table><tr><th>task</th><th>weight</th><th>trials measured</th><th>trials from store</th>
-<th>best us</th><th>TVM's default schedule us</th><th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
-<th>tuning curve (best latency vs trials)</th></tr>
-{''.join(rows)}</table>
+{task_table(summary, store, trials)}
 {phones_section(summary, store)}
 <h2>Failures by class</h2><p>{html.escape(json.dumps(failures)) if failures else 'none'}</p>
 <h2>Default schedules</h2>

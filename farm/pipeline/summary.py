@@ -51,6 +51,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "name": task.name, "workload_key": wk, "weight": task.weight,
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best_us, 3) if best_us is not None else None,
+            "flop": task.flop, "gflops": gflops(task.flop, best_us),
             "default_us": round(defaults[wk], 3) if wk in defaults else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
             "valid": st.valid, "errors": st.errors,
@@ -81,6 +82,14 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
     }
+
+
+def gflops(flop: float, best_us: float | None) -> float | None:
+    """GFLOPS of a kernel of `flop` floating-point operations that runs in `best_us`; None
+    where either is unknown (TVM could not count the FLOPs: 0)."""
+    if flop <= 0 or best_us is None or best_us <= 0:
+        return None
+    return float(f"{flop / best_us / 1e3:.4g}")  # flop / (us * 1e-6) / 1e9, 4 digits
 
 
 def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]:
