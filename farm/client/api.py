@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,7 +116,8 @@ class Job:
 
 @dataclass
 class Cache:
-    """The record store, as `farm cache` shows it (ls, show, stats, export, import, rm)."""
+    """The record store, as `farm cache` shows it (ls, show, stats, export, import, rm,
+    verify, archive)."""
 
     farm: Farm
 
@@ -138,11 +139,16 @@ class Cache:
         with self.farm.store() as store:
             return cache.stats(store)
 
-    def export(self, out_dir: str | Path, device_key: str | None = None) -> int:
-        """The best record per workload as a MetaSchedule JSONDatabase in `out_dir`."""
+    def export(self, out_dir: str | Path, device_key: str | None = None,
+               all_records: bool = False) -> int:
+        """The best record per workload as a MetaSchedule JSONDatabase in `out_dir` (as
+        `farm cache export`); with `all_records` every record, the archive's and failures
+        too (`--all`). How many were written."""
         from farm.client import cache
 
         with self.farm.store() as store:
+            if all_records:
+                return cache.export_all(store, Path(out_dir), device_key)
             return cache.export(store, Path(out_dir), device_key)
 
     def import_log(self, log_dir: str | Path, device_key: str | None = None,
@@ -151,17 +157,34 @@ class Cache:
         from farm.client import cache
         from farm.pipeline.job import tuned_profile
 
-        config = self.farm.config
-        profile = tuned_profile(replace(config, device_key=device_key or config.device_key),
-                                _quiet)
+        profile = tuned_profile(self.farm._config(device_key=device_key), _quiet)
         with self.farm.store() as store:
             return cache.import_log(store, Path(log_dir), profile, retarget=retarget)
 
     def rm(self, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
+        """Forget workloads, or only the records of `source` (a job id, host or import
+        path; every workload when `workload_keys` is empty), as `farm cache rm`."""
         from farm.client import cache
 
         with self.farm.store() as store:
             return cache.remove(store, workload_keys, source)
+
+    def verify(self, workload_keys: list[str] | None = None, device_key: str | None = None,
+               tracker: str | None = None) -> list[JsonDict]:
+        """As `farm cache verify --json`: the stored bests measured again on a phone of the
+        key (a lab farm needs `tracker`; the embedded farm starts its emulated phones)."""
+        from farm.client.cmd_cache import verify
+
+        return verify(self.farm._config(device_key=device_key), tracker, workload_keys,
+                      _quiet)[1]
+
+    def archive(self) -> JsonDict:
+        """As `farm cache archive`: the spool moved to the archive now, days past the
+        retention deleted; what was done and what the archive holds."""
+        from farm.client.cmd_cache import archive
+
+        with self.farm.store() as store:
+            return archive(store, self.farm.config.archive_retention_days)
 
 
 @dataclass
@@ -213,7 +236,7 @@ class Farm:
                example_inputs: tuple[object, ...] | None = None, *,
                out: str | Path, trials_per_task: int | None = None, trials: int | None = None,
                early_stop_rounds: int = 0, round_trials: int | None = None,
-               device_key: str | None = None, input_shape: str | None = None,
+               device_key: str | None = None, phones: int | None = None, input_shape: str | None = None,
                dtype: str = DEFAULT_DTYPE, allow_pickle: bool = False,
                tracker: str | None = None, wait: bool = True, timeout_s: float | None = None,
                wait_for_devices_s: float = 0.0, priority: str = DEFAULT_PRIORITY,
@@ -223,11 +246,13 @@ class Farm:
         it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
         --early-stop, `wait=False`: --no-wait, a lab farm only); `trials_per_task` defaults
         to 32, and with a job budget `trials` to none (the budget). `device_key` and
-        `round_trials` override the farm's config for this job."""
+        `round_trials` (and `phones`, the embedded farm's) override the farm's config for
+        this job."""
         from farm.pipeline.job import SubmitOptions, submit
         from farm.pipeline.options import trial_budgets
 
-        config = self._config(device_key=device_key, round_trials=round_trials)
+        config = self._config(device_key=device_key, round_trials=round_trials,
+                              phones=phones)
         per_task, budget = trial_budgets(trials_per_task, trials)
         out = Path(out)
         with _model_file(model, example_inputs, out, keep=not wait) as path:

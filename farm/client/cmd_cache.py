@@ -8,10 +8,15 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.client.common import config_of, report, store_of
+from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 from farm.store import RecordStore
+
+if TYPE_CHECKING:
+    from farm.core.config import FarmConfig
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -26,31 +31,44 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_verify(args: argparse.Namespace) -> int:
-    """Measure the stored bests again on a phone of the key and print the drift."""
+def verify(config: FarmConfig, tracker: str | None, workload_keys: list[str] | None,
+           report: Callable[[str], None]) -> tuple[str, list[JsonDict]]:
+    """`farm cache verify` and `farm.Cache.verify`: measure the stored bests of the config's
+    device key (or of `workload_keys`) again on a phone of the key: the `tracker`'s (a lab
+    farm's store needs one), else the embedded farm's emulated phones. (The device key, a
+    row per best: stored and measured us, the drift, flagged past DRIFT_WARN.)"""
     from farm.pipeline.job import tuned_profile
     from farm.store import configured_store
-    from workers.round.verify import DRIFT_WARN, verify_bests
+    from workers.round.verify import verify_bests
 
-    config = config_of(args, broker_url=args.broker, device_key=args.device_key)
     profile = tuned_profile(config, report)
-    wks = args.workload_keys.split(",") if args.workload_keys else None
     if config.store_url:
-        if not args.tracker:
+        if not tracker:
             raise UsageError("verifying a lab farm's store needs a tracker with phones of the "
                              "key", subject="farm cache verify",
                              hint="pass --tracker HOST:PORT of a worker host")
-        with store_of(args) as store:
-            rows = verify_bests(store, args.tracker, profile, config, wks)
-    else:
-        from farm.local.embedded import embedded_farm
+        from farm.local.embedded import farm_store
 
-        with embedded_farm(config) as farm:
-            store = configured_store(config, farm.broker_url)
-            try:
-                rows = verify_bests(store, args.tracker or farm.tracker, profile, config, wks)
-            finally:
-                store.close()
+        with farm_store(config) as store:
+            return profile.key, verify_bests(store, tracker, profile, config, workload_keys)
+    from farm.local.embedded import embedded_farm
+
+    with embedded_farm(config) as farm:
+        store = configured_store(config, farm.broker_url)
+        try:
+            return profile.key, verify_bests(store, tracker or farm.tracker, profile, config,
+                                             workload_keys)
+        finally:
+            store.close()
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    """Measure the stored bests again on a phone of the key and print the drift."""
+    from workers.round.verify import DRIFT_WARN
+
+    config = config_of(args, broker_url=args.broker, device_key=args.device_key)
+    wks = args.workload_keys.split(",") if args.workload_keys else None
+    key, rows = verify(config, args.tracker, wks, report)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -62,26 +80,35 @@ def _cache_verify(args: argparse.Namespace) -> int:
         print(f"{r['workload_key']:26} {r['stored_us']:10.1f} {now:>10} {drift:>8}  "
               f"{r['name']}{flag}")
     flagged = sum(1 for r in rows if r["flagged"])
-    print(f"{len(rows)} bests measured again on {profile.key}; {flagged} drifted more than "
+    print(f"{len(rows)} bests measured again on {key}; {flagged} drifted more than "
           f"{DRIFT_WARN:.0%}")
     return 0
 
 
-def _archive(args: argparse.Namespace, store: RecordStore) -> None:
-    """`farm cache archive`: move the spool to the archive now, delete days past the
-    retention, and say where the archive is and what it holds."""
+def archive(store: RecordStore, retention_days: float) -> JsonDict:
+    """`farm cache archive` and `farm.Cache.archive`: move the spool to the archive now and
+    delete days past the retention (0: keep every day); what the archive holds after."""
     from farm.store.cold import drain
 
     if store.archive is None:
         raise UsageError("this store has no archive", hint="set FARM_ARCHIVE")
     moved = drain(store, store.archive)
-    retention = config_of(args, broker_url=getattr(args, "broker", None)).archive_retention_days
-    gone = store.archive.prune(retention)
+    gone = store.archive.prune(retention_days)
     files = store.archive.files()
-    size = sum(store.archive.fs.size(f) for f in files)
-    print(f"archive {store.archive.url}: {len(files)} files, {size} bytes; {moved} records "
-          f"moved from Redis now, {store.spool_size()} waiting; {len(gone)} days deleted "
-          f"(retention: {f'{retention:g} days' if retention > 0 else 'always'})")
+    return {"archive": store.archive.url, "files": len(files),
+            "bytes": sum(store.archive.fs.size(f) for f in files), "moved": moved,
+            "waiting": store.spool_size(), "days_deleted": len(gone),
+            "retention_days": retention_days}
+
+
+def _archive(args: argparse.Namespace, store: RecordStore) -> None:
+    """`farm cache archive`: move the spool to the archive now, delete days past the
+    retention, and say where the archive is and what it holds."""
+    retention = config_of(args, broker_url=getattr(args, "broker", None)).archive_retention_days
+    a = archive(store, retention)
+    print(f"archive {a['archive']}: {a['files']} files, {a['bytes']} bytes; {a['moved']} "
+          f"records moved from Redis now, {a['waiting']} waiting; {a['days_deleted']} days "
+          f"deleted (retention: {f'{retention:g} days' if retention > 0 else 'always'})")
 
 
 def _import(args: argparse.Namespace, store: RecordStore) -> None:

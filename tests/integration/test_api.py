@@ -53,6 +53,15 @@ def test_an_nn_module_is_tuned_from_python_on_the_embedded_farm(tmp_path, monkey
     assert {t["workload_key"] for t in summary["tasks"]} <= listed
     assert lab.cache.export(tmp_path / "log") == len(summary["tasks"])
     assert (tmp_path / "log" / "database_tuning_record.json").is_file()
+    # what `farm cache archive` and `farm cache export --all` do, from Python
+    archived = lab.cache.archive()
+    assert archived["archive"] == str(tmp_path / "home" / "archive"), archived
+    # 2 trials a task stay among the hot records a workload keeps in Redis: nothing to move
+    assert (archived["moved"], archived["waiting"], archived["files"]) == (0, 0, 0), archived
+    measured = sum(t["trials_measured"] for t in summary["tasks"])
+    assert lab.cache.export(tmp_path / "all", all_records=True) >= measured
+    assert [row["job_id"] for row in lab.jobs()] == [job.job_id]
+    assert lab.job(job.job_id).out == (tmp_path / "out").resolve()
 
 
 def test_bad_api_input_is_a_farm_error_naming_it(tmp_path, monkeypatch):
