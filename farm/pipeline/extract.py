@@ -120,7 +120,7 @@ def _flop(mod: IRModule) -> float:
     from tvm.s_tir.meta_schedule import _ffi_api  # noqa: F401 - registers the estimator
 
     try:
-        from tvm.tirx.analysis import estimate_tir_flops
+        from tvm.s_tir.analysis import estimate_tir_flops
 
         return float(estimate_tir_flops(mod))
     except Exception:  # noqa: BLE001 - FLOPs are informational

@@ -164,3 +164,18 @@ def test_the_curves_render_in_a_browser_without_network(tmp_path):
     assert count(BLUE) >= 2 * 150, count(BLUE)  # both tasks' curves
     assert count(GREEN) >= 150, count(GREEN)  # the whole model's
     assert count(RED, tol=60) >= 2, count(RED)  # b's failed first trial, under its axis
+
+
+def test_the_flops_of_a_task_are_counted():
+    """GFLOPS need the FLOPs extract counts; on TVM 0.27 its estimator had moved
+    (tvm.s_tir.analysis) and every task counted 0, so no GFLOPS were shown."""
+    import tvm
+    from tvm import te
+
+    from farm.pipeline.extract import _flop
+
+    a, b = te.placeholder((4, 64), name="a"), te.placeholder((64, 32), name="b")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((4, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    assert _flop(mod) == 2 * 4 * 64 * 32  # a multiply and an add per (i, j, k)
