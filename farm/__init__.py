@@ -10,19 +10,21 @@ The data flow, one module per stage::
     Farm, Job, Cache        a farm, a job on it, its record store (farm/client/api.py)
     Progress, TaskProgress  what `on_progress=` callbacks get (farm/client/jobs.py)
     SubmitOptions           what a job was asked to do (farm/pipeline/options.py)
+    prepare                 the module a job's best/ applies to, without a farm
+                            (farm/client/portable.py)
     FarmError and its subclasses, one per stage (farm/core/errors.py)
 """
 
 __version__ = "0.1.0"
 __all__ = ["Cache", "CompileError", "ExtractError", "Farm", "FarmError", "IngestError", "Job",
            "Progress", "ServiceError", "StoreError", "SubmitOptions", "TaskProgress",
-           "TuneError", "UnmeasuredError", "UsageError"]
+           "TuneError", "UnmeasuredError", "UsageError", "prepare"]
 
 # where each name lives; loaded when first asked for: a worker that imports `farm.core` does
 # not load the client
 _HOMES = {"Farm": "farm.client.api", "Job": "farm.client.api", "Cache": "farm.client.api",
           "Progress": "farm.client.jobs", "TaskProgress": "farm.client.jobs",
-          "SubmitOptions": "farm.pipeline.options"}
+          "SubmitOptions": "farm.pipeline.options", "prepare": "farm.client.portable"}
 
 
 def __getattr__(name: str) -> type:
