@@ -48,9 +48,14 @@ def farm2(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                 addr, redis_url, logs, name=host.split("@")[1], env=dict(env),
                 extra=["--hostname", host, "--concurrency", "1", "--metrics-port", str(port)]))
             metrics[host] = f"http://127.0.0.1:{port}/metrics"
+        # a real Prometheus scraping both (every 5 s): the dashboard's queries are asked of it
+        prom_svc, prom = services.start_prometheus(
+            [url.split("//")[1].split("/")[0] for url in metrics.values()],
+            tmp_path_factory.mktemp("prometheus"), logs, services.free_port())
+        group.add(prom_svc)
         store = open_store(redis_url)
         yield {"redis": redis_url, "metrics": metrics, "store": store, "group": group,
-               "env": {"FARM_BROKER_URL": redis_url, **env}}
+               "prometheus": prom, "env": {"FARM_BROKER_URL": redis_url, **env}}
         store.close()
     finally:
         group.stop()
@@ -116,18 +121,19 @@ def test_two_hosts_metrics_add_up_to_the_store(farm2, tmp_path: Path):
                      "--no-wait", "--out", str(tmp_path / "out")], tmp_path, env=farm2["env"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_id = json.loads(proc.stdout)["job_id"]
-    stable = check_counters_while_running(farm2, job_id, lead)
+    stable, last_active = check_counters_while_running(farm2, job_id, lead)
     assert stable and stable["new"] > 0, "no scrape saw the job's measurements settled"
     done = run_farm(["wait", job_id], tmp_path, env=farm2["env"], timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
     check_round_times(farm2, job_id, before)
+    check_the_dashboard_in_prometheus(farm2, job_id, last_active)
 
 
-def check_counters_while_running(farm2, job_id: str, lead: str) -> dict[str, int]:
+def check_counters_while_running(farm2, job_id: str, lead: str) -> tuple[dict[str, int], float]:
     """Until the job ends: the store's counts read before and after scraping both hosts bound
     the dashboard's sum of the job's counters; equal when the store did not move. Returns the
-    last settled counts."""
-    store, stable = farm2["store"], {}
+    last settled counts and the last time the job was seen active."""
+    store, stable, last_active = farm2["store"], {}, 0.0
     deadline = time.monotonic() + 600
     while job_id in store.active_jobs():
         assert time.monotonic() < deadline, "the job did not end in 600 s"
@@ -146,8 +152,9 @@ def check_counters_while_running(farm2, job_id: str, lead: str) -> dict[str, int
                 stable = s0
         tasks = values(scraped, "tunefarm_job_tasks", job_id=job_id)
         assert set(tasks) <= {lead} and sum(tasks.values()) in (0, 2), tasks
+        last_active = time.time()
         time.sleep(0.3)
-    return stable
+    return stable, last_active
 
 
 def check_round_times(farm2, job_id: str, before: dict[str, Samples]) -> None:
@@ -172,3 +179,34 @@ def check_round_times(farm2, job_id: str, before: dict[str, Samples]) -> None:
         names = {dict(ls).get("host") for (n, ls) in after[host]
                  if n.startswith("tunefarm_round_duration_seconds")}
         assert names <= {host}, names
+
+
+def prometheus(farm2, expr: str, at: float) -> list[dict]:
+    """The result of an instant query of the fixture's Prometheus."""
+    import urllib.parse
+
+    query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+    with urllib.request.urlopen(f"{farm2['prometheus']}/api/v1/query?{query}", timeout=10) as r:
+        answer = json.loads(r.read())
+    assert answer["status"] == "success", (expr, answer)
+    return answer["data"]["result"]
+
+
+def check_the_dashboard_in_prometheus(farm2, job_id: str, at: float) -> None:
+    """Each query of deploy/grafana/tunefarm.json (every variable at "All"), asked of a real
+    Prometheus scraping both hosts at the last moment the job was active, is valid PromQL
+    and has data; there the job's counters had one series each (the leader's)."""
+    board = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "grafana"
+                        / "tunefarm.json").read_text())
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name in ("host", "device_key", "job_id"):
+                expr = expr.replace(f"${name}", ".*")
+            found = prometheus(farm2, expr, at)
+            if "failed_candidates" not in expr:  # a series only once a candidate failed
+                assert found, (panel["title"], expr)
+    for kind in ("measurements", "new", "duplicates", "device_lost"):
+        series = prometheus(farm2, f'tunefarm_measurements_total{{job_id="{job_id}", '
+                                   f'kind="{kind}"}}', at)
+        assert len(series) == 1, (kind, series)
