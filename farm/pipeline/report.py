@@ -198,7 +198,11 @@ def task_curve(task: JsonDict, trials: TaskTrials) -> str:
                                           if task["best_us"] is not None else "")
     elif len(failed) == len(trials.trials):
         title = f"no valid trial in this job ({len(failed)} failed)"
-    svg = svg_curve(trials.best_so_far(), failed, title=title)
+    points = trials.best_so_far()
+    svg = svg_curve(points, failed, title=title)
+    if points and task["best_us"] is not None and task["best_us"] < points[-1][1] * 0.9995:
+        svg += (f"<p class=note>the best applied, {task['best_us']:.1f} us, was measured "
+                f"before this job</p>")
     if len(trials.trials) < task["trials_measured"]:  # whole records no longer readable here
         svg += (f"<p class=note>{len(trials.trials)} of the job's {task['trials_measured']} "
                 f"trials are readable in this store</p>")

@@ -80,6 +80,7 @@ def test_a_tasks_curve_counts_only_this_jobs_trials(tmp_path):
     assert ">4<" in svg and ">10<" not in svg  # the x axis ends at this job's 4th trial
     assert "best 15.0 us after 4 trials (first valid: 20.0 us), 1 failed" in svg
     assert svg.count('class="failed"') == 1
+    assert "the best applied, 5.0 us, was measured before this job" in page
 
 
 def test_the_model_curve_falls_to_the_sum_of_weight_times_best():
