@@ -2,7 +2,7 @@
 
     import farm, tvm
     mod = farm.prepare("model.pt2")              # or farm.prepare(net, (torch.randn(1, 3, 224, 224),))
-    tvm.ir.structural_equal(mod, tvm.ir.load_json(open("out/best/module.json").read()))  # True
+    tvm.ir.assert_structural_equal(mod, tvm.ir.load_json(open("out/best/module.json").read()))
 
 The model is read as `farm submit` reads it (in a child process with no secret of the farm;
 a pickled module only with `allow_pickle`), then imported, its batch norms folded, fused and

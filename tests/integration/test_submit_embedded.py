@@ -231,3 +231,64 @@ def test_records_past_the_hot_ones_are_archived_and_exported(first_run, tmp_path
     rows = (out / "database_tuning_record.json").read_text().splitlines()
     assert len(rows) == counts["trials"], proc.stdout
     assert list((home / "archive").rglob("*.jsonl.zst")), "nothing reached the archive"
+
+
+def plain_tvm_build(best: Path, apply_log: bool = True):
+    """best/ applied with nothing but TVM, as README shows ("Output"); or its module built
+    with TVM's default schedules (`apply_log` False)."""
+    import contextlib
+
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = tvm.ir.load_json((best / "module.json").read_text())
+    target = tvm.target.Target(json.loads((best / "target.json").read_text()))
+    database = ms.database.JSONDatabase(work_dir=str(best))
+    with target, database if apply_log else contextlib.nullcontext(), \
+            tvm.transform.PassContext(opt_level=3):
+        if apply_log:
+            mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        return relax.build(mod, target=target)
+
+
+def test_best_applies_with_plain_tvm_as_fast_as_model_so(first_run, example_models: Path,
+                                                         monkeypatch):
+    """best/ carries the module its records apply to: `farm.prepare` makes the same module
+    from the model file, plain TVM builds it with the log, and that build matches torch and
+    runs as fast as model.so, timed side by side on this machine (the embedded farm's phones
+    are its CPU)."""
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    import farm
+
+    home, out, first, _ = first_run
+    assert first.returncode == 0
+    monkeypatch.setenv("FARM_HOME", str(home))
+    monkeypatch.delenv("FARM_BROKER_URL", raising=False)
+    mod = tvm.ir.load_json((out / "best" / "module.json").read_text())
+    tvm.ir.assert_structural_equal(farm.prepare(example_models / "resnet.pt2"), mod)
+    dev = tvm.cpu(0)
+    vms = {"plain": relax.VirtualMachine(plain_tvm_build(out / "best"), dev),
+           "model.so": relax.VirtualMachine(tvm.runtime.load_module(str(out / "model.so")),
+                                            dev)}
+    x = torch.randn(1, 3, 32, 32)
+    want = torch.export.load(example_models / "resnet.pt2").module()(x).detach().numpy()
+    for name, vm in vms.items():
+        got = vm["main"](tvm.runtime.tensor(x.numpy(), dev))
+        got = (got if isinstance(got, tvm.runtime.Tensor) else got[0]).numpy()
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4), (name, np.abs(got - want).max())
+    untuned = relax.VirtualMachine(plain_tvm_build(out / "best", apply_log=False), dev)
+    times: dict[str, list[float]] = {"plain": [], "model.so": [], "untuned": []}
+    arg = tvm.runtime.tensor(x.numpy(), dev)
+    for _ in range(5):  # alternating: the machine is noisy
+        for name, vm in {**vms, "untuned": untuned}.items():
+            timer = vm.time_evaluator("main", dev, number=20, repeat=3, min_repeat_ms=30)
+            times[name].append(min(timer(arg).results))
+    best = {name: min(ts) for name, ts in times.items()}
+    assert best["plain"] <= 1.2 * best["model.so"], best
+    assert best["plain"] < best["untuned"], best  # the log was applied, not TVM's defaults
+
