@@ -96,6 +96,23 @@ def test_a_job_is_attached_by_id_listed_cancelled_and_resumed(lab, tmp_path, mon
     assert job_state(lab["redis"], job.job_id) == "cancelled"
 
 
+def test_an_attached_job_is_waited_for_with_progress_objects(lab, tmp_path, monkeypatch):
+    """`farm wait JOB` from Python, in another Farm than the one that submitted: the waiting
+    reports Progress objects and lines, then the job is finalized and compiled into its out."""
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    model = tiny_model(tmp_path / "wait.pt2", width=27)
+    job_id = farm.Farm(broker=lab["redis"]).submit(model, out=tmp_path / "out",
+                                                   trials_per_task=2, wait=False).job_id
+    lines: list[str] = []
+    seen: list[farm.Progress] = []
+    summary = farm.Farm(broker=lab["redis"]).job(job_id).wait(
+        timeout_s=600, report=lines.append, on_progress=seen.append)
+    assert summary["job_id"] == job_id and summary["numerics_ok"]
+    assert (tmp_path / "out" / "model.so").is_file()
+    assert seen and seen[-1].tasks_finished == len(seen[-1].tasks) == len(summary["tasks"])
+    assert [p.line for p in seen] == [line for line in lines if " tasks finished " in line]
+
+
 def test_an_unknown_job_is_an_error_naming_it(lab, tmp_path, monkeypatch):
     monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
     lab_farm = farm.Farm(broker=lab["redis"])
