@@ -97,6 +97,37 @@ def check_capacity(url: str) -> Check:
                  else "", warn=days is not None and days < WARN_DAYS)
 
 
+def check_archive(url: str) -> Check:
+    """Do the live worker hosts share one archive? Each host's heartbeat carries the id its
+    archive holds (farm/store/cold.Archive.identity): two ids are two archives (the same
+    path on two machines is two folders), so records the leader moved are missing where
+    another host, or `farm cache export --all`, reads."""
+    from farm.store import open_store
+
+    fix = ("give every worker host the same FARM_ARCHIVE: a shared mount or an object store "
+           "URL (s3://..., with its fsspec package installed), writable by each")
+    try:
+        hosts = open_store(url).hosts()
+    except Exception as e:  # noqa: BLE001 - one line of the report
+        return Check("archive", False, f"{type(e).__name__}: {e}", fix)
+    broken = [f"{h.name}: {h.archive or '?'}: {h.archive_error}" for h in hosts
+              if h.archive_error]
+    if broken:
+        return Check("archive", False, "unreadable on " + "; ".join(broken), fix)
+    groups: dict[str, list[str]] = {}
+    for h in hosts:
+        if h.archive_id:
+            groups.setdefault(h.archive_id, []).append(f"{h.name} ({h.archive})")
+    if len(groups) > 1:
+        return Check("archive", True, f"the worker hosts archive to {len(groups)} different "
+                     "places: " + " | ".join(", ".join(g) for g in groups.values()), fix,
+                     warn=True)
+    if not groups:
+        return Check("archive", True, "no live worker host reports its archive yet")
+    return Check("archive", True, f"the {len(hosts)} worker host(s) share one archive: "
+                 + ", ".join(next(iter(groups.values()))))
+
+
 def check_phones(tracker: str, key: str) -> str:
     from farm.devices.tracker import phones
 
@@ -201,6 +232,7 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
                            "check FARM_BROKER_URL / FARM_REDIS_URL and `redis-cli -u URL ping`"))
         if checks[-1].ok:
             checks.append(check_capacity(str(config.store_url)))
+            checks.append(check_archive(str(config.store_url)))
     else:
         from farm.local.services import redis_binary
 

@@ -20,6 +20,7 @@ record the store has removed (`farm cache rm`) is not read back from the archive
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ from farm.store.store import Entry, RecordStore, StoredRecord
 log = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl.zst"
+ID_FILE = ".archive-id"  # the archive's id (Archive.identity)
 DRAIN_BATCH = 2000
 DRAIN_LEASE_S = 120.0
 
@@ -56,6 +58,25 @@ class Archive:
 
     def __repr__(self) -> str:
         return f"Archive({self.url!r})"
+
+    def identity(self) -> str:
+        """The archive's id: a random one its first user wrote into it (`.archive-id`). Hosts
+        that share one archive read the same id, hosts with folders of their own (the same
+        path on two machines) do not: `farm doctor` compares the ids the heartbeats carry.
+        Raises OSError when the archive can be neither read nor written."""
+        import uuid
+
+        path = f"{self.root}/{ID_FILE}"
+        with contextlib.suppress(FileNotFoundError):
+            with self.fs.open(path, "rb") as f:
+                found = f.read(64).decode(errors="replace").strip()
+            if found:
+                return found
+        self.fs.makedirs(self.root, exist_ok=True)
+        with self.fs.open(path, "wb") as f:
+            f.write(uuid.uuid4().hex.encode())
+        with self.fs.open(path, "rb") as f:  # two first users at once: the write that stayed
+            return f.read(64).decode(errors="replace").strip()
 
     def append(self, device_key: str, records: list[StoredRecord],
                now: float | None = None) -> str:

@@ -26,6 +26,9 @@ class HostBeat(_Message):
     addresses: dict[str, list[str]] = field(default_factory=dict)  # key -> its phones' host:port
     rounds: dict[str, int] = field(default_factory=dict)  # key -> its rounds running (gated hosts)
     machine: str = ""  # host name, boot id and PID namespace of its process (farm/jobs/fence.py)
+    archive: str = ""  # where its records leave Redis to (passwords redacted)
+    archive_id: str = ""  # that archive's id (farm/store/cold.Archive.identity); "" unreadable
+    archive_error: str = ""  # why the archive could not be read or written
 
 
 def registered_phones(hosts: list[HostBeat], key: str) -> dict[str, str]:

@@ -57,3 +57,35 @@ def test_doctor_warns_when_records_pile_up_for_the_archive(clean_redis, monkeypa
     monkeypatch.setattr(doctor, "SPOOL_WARN", 2)  # 3 wait: nothing drained them
     check = doctor.check_capacity(clean_redis)
     assert check.warn and "3 records wait" in check.detail and "farm cache archive" in check.fix
+
+
+def test_doctor_says_when_the_worker_hosts_do_not_share_one_archive(clean_redis, tmp_path):
+    """Hosts archiving into one folder read one id; the same path on another machine is
+    another folder with an id of its own (a folder of its own here); doctor tells them apart."""
+    import time
+
+    from farm.client import doctor
+    from farm.store.cold import Archive
+    from farm.store.hosts import HostBeat
+
+    shared, own = str(tmp_path / "shared"), str(tmp_path / "own")
+    first, again, other = Archive(shared).identity(), Archive(shared).identity(), \
+        Archive(own).identity()
+    assert first == again != other and len(first) == 32
+    store = open_store(clean_redis)
+
+    def beat(name: str, url: str, ident: str, error: str = "") -> None:
+        store.publish_host(HostBeat(name=name, tracker="t", beat_at=time.time(), archive=url,
+                                    archive_id=ident, archive_error=error), ttl_s=60)
+
+    beat("a", shared, first)
+    beat("b", shared, again)
+    check = doctor.check_archive(clean_redis)
+    assert check.ok and not check.warn and "share one archive" in check.detail, check
+    beat("c", own, other)
+    check = doctor.check_archive(clean_redis)
+    assert check.ok and check.warn and "2 different places" in check.detail, check
+    assert "FARM_ARCHIVE" in check.fix
+    beat("c", "s3://lab/farm", "", "PermissionError: denied")
+    check = doctor.check_archive(clean_redis)
+    assert not check.ok and "c: s3://lab/farm: PermissionError" in check.detail, check

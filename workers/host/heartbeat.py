@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from farm.core.aliases import CeleryApp
-from farm.core.config import FarmConfig
+from farm.core.config import FarmConfig, redact
 from farm.core.errors import ServiceError, best_effort
 from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from workers.round.gate import Gate
 
 log = logging.getLogger(__name__)
+ARCHIVE_READ_S = 300.0  # a host reads its archive's id again this often
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Heartbeat(threading.Thread):
         self.last_seen: dict[str, float] = {q: time.time() for q in host.queues}
         self.gate = gate  # workers/round/gate.py: the rounds of each key running now
         self.stopping = threading.Event()
+        self.archive_seen = ("", "", -ARCHIVE_READ_S)  # (id, error, when read)
 
     def beat(self) -> None:
         try:
@@ -80,8 +82,23 @@ class Heartbeat(threading.Thread):
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
             cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()},
             rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {},
-            machine=machine()),
+            machine=machine(), **self._archive()),
             ttl_s=self.ttl_s)
+
+    def _archive(self) -> dict[str, str]:
+        """The archive this host's records go to and its id, read again every few minutes
+        (`farm doctor` checks that a lab's hosts share one)."""
+        archive = self.store.archive
+        if archive is None:
+            return {}
+        ident, error, read_at = self.archive_seen
+        if time.monotonic() - read_at >= ARCHIVE_READ_S:
+            try:
+                ident, error = archive.identity(), ""
+            except Exception as e:  # noqa: BLE001 - reported in the beat, never fatal
+                ident, error = "", f"{type(e).__name__}: {e}"[:300]
+            self.archive_seen = (ident, error, time.monotonic())
+        return {"archive": redact(archive.url), "archive_id": ident, "archive_error": error}
 
     def _count_work(self, found: dict[str, tracker_mod.KeyInfo]) -> None:
         """Add the time since the last beat to the work time of every phone on the tracker whose
