@@ -131,16 +131,20 @@ def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None)
     valid and failed) as a MetaSchedule JSONDatabase; returns the records written."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
+    from farm.store.cold import every_record
     from farm.tir.module import tuning_record
 
     _check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(out_dir), module_equality="structural")
     written = 0
-    for task in _tasks(store, device_key):  # all_records drains the spool first
+    tasks = _tasks(store, device_key)
+    # one pass over the archive for them all (it drains the spool first)
+    every = every_record(store, store.archive, [t.workload_key for t in tasks])
+    for task in tasks:
         wk = task.workload_key
         workload = db.commit_workload(load_mod(task))
-        for rec in sorted(store.all_records(wk), key=lambda r: r.measured_at):
+        for rec in sorted(every[wk], key=lambda r: r.measured_at):
             try:
                 db.commit_tuning_record(tuning_record(rec.record, workload))
             except Exception as e:  # noqa: BLE001 - an unreadable record is skipped, said

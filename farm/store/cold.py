@@ -240,20 +240,34 @@ def archived(store: RecordStore, archive: Archive, wk: str,
 def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[StoredRecord]:
     """Every record of a workload: Redis's whole ones and the archive's, one per candidate
     (only candidates the store still holds)."""
-    out = {r.candidate: r for r in store.records(wk)}
-    if archive is None:
-        return list(out.values())
-    entries = {e.candidate: e for e in store.entries(wk)}
-    if entries.keys() <= out.keys():
-        return list(out.values())  # every record is whole in Redis: no archive to read
+    return every_record(store, archive, [wk])[wk]
+
+
+def every_record(store: RecordStore, archive: Archive | None,
+                 workloads: list[str]) -> dict[str, list[StoredRecord]]:
+    """`all_records` of many workloads, with one pass over each device key's archive (not
+    one per workload)."""
+    out = {wk: {r.candidate: r for r in store.records(wk)} for wk in workloads}
+    held = {wk: {e.candidate: e for e in store.entries(wk)} for wk in workloads}
+    cold = [wk for wk in workloads if not held[wk].keys() <= out[wk].keys()]
+    if archive is None or not cold:  # every record is whole in Redis: no archive to read
+        return {wk: list(recs.values()) for wk, recs in out.items()}
     _drain_for_reading(store, archive)
-    task = store.get_workload(wk)
-    cold: dict[str, StoredRecord] = {}
-    for rec in archive.records(task.device_key if task else None, wk):
-        if rec.candidate not in out and _copy_of(entries.get(rec.candidate), rec,
-                                                 cold.get(rec.candidate)):
-            cold[rec.candidate] = rec
-    return [*out.values(), *cold.values()]
+    by_key: dict[str | None, set[str]] = {}
+    for wk in cold:
+        task = store.get_workload(wk)
+        by_key.setdefault(task.device_key if task else None, set()).add(wk)
+    found: dict[str, dict[str, StoredRecord]] = {wk: {} for wk in cold}
+    for device_key, wks in by_key.items():
+        for path, at, line in archive.lines(device_key):
+            f = _fields(line)  # the record is parsed only when the store holds it and lacks it
+            wk, cand = f.get("workload_key", ""), f.get("candidate", "")
+            if wk not in wks or cand in out[wk] or cand not in held[wk]:
+                continue
+            rec = _parse(path, at, line)
+            if rec is not None and _copy_of(held[wk][cand], rec, found[wk].get(cand)):
+                found[wk][cand] = rec
+    return {wk: [*recs.values(), *found.get(wk, {}).values()] for wk, recs in out.items()}
 
 
 def wholes(store: RecordStore, archive: Archive | None, device_key: str,
