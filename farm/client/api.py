@@ -48,6 +48,8 @@ from farm.store import RecordStore
 if TYPE_CHECKING:
     from farm.client.cache import ImportReport
     from farm.client.jobs import ProgressFeed
+    from farm.client.progress import LiveView
+    from farm.core.messages import JobSpec
 
 Report = Callable[[str], None]  # a progress line
 OnProgress = Callable[[Progress], None]
@@ -241,13 +243,14 @@ class Farm:
                tracker: str | None = None, wait: bool = True, timeout_s: float | None = None,
                wait_for_devices_s: float = 0.0, priority: str = DEFAULT_PRIORITY,
                force: bool = False, report: Report | None = None,
-               on_progress: OnProgress | None = None) -> Job:
+               on_progress: OnProgress | None = None, progress: bool = False) -> Job:
         """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
         it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
         --early-stop, `wait=False`: --no-wait, a lab farm only); `trials_per_task` defaults
         to 32, and with a job budget `trials` to none (the budget). `device_key` and
         `round_trials` (and `phones`, the embedded farm's) override the farm's config for
-        this job."""
+        this job. `progress=True` draws the job's live view while it waits: one output cell
+        updated in place in Jupyter, in place on a terminal, else plain lines (stderr)."""
         from farm.pipeline.job import SubmitOptions, submit
         from farm.pipeline.options import trial_budgets
 
@@ -262,7 +265,7 @@ class Farm:
                 allow_pickle=allow_pickle, force=force, wait=wait, timeout_s=timeout_s,
                 tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority)
             result = submit(opts, config, report=report or _quiet,
-                            view=_feed(report, on_progress))
+                            view=_feed(report, on_progress, progress))
         job = Job(self, result["job_id"], out)
         if "tasks" in result:
             job.summary = result
@@ -305,8 +308,31 @@ def _quiet(_line: str) -> None:
     """Progress lines are dropped unless a `report` callback is given."""
 
 
-def _feed(report: Report | None, on_progress: OnProgress | None) -> ProgressFeed | None:
-    """The waiting job's view for `on_progress` (and `report`); None: lines to `report`."""
+def _feed(report: Report | None, on_progress: OnProgress | None,
+          progress: bool = False) -> ProgressFeed | LiveView | Views | None:
+    """The waiting job's view for `on_progress` (and `report`) and, with `progress`, its live
+    view (farm/client/progress.py); None: lines to `report`."""
     from farm.client.jobs import ProgressFeed
+    from farm.client.progress import live_view
 
-    return None if on_progress is None else ProgressFeed(report or _quiet, on_progress)
+    feed = None if on_progress is None else ProgressFeed(report or _quiet, on_progress)
+    if not progress:
+        return feed
+    return live_view() if feed is None else Views([feed, live_view()])
+
+
+@dataclass
+class Views:
+    """Several views of one waiting job, each called in turn, each closed at its end."""
+
+    views: list[ProgressFeed | LiveView]
+
+    def __call__(self, store: RecordStore, job: JobSpec) -> None:
+        for view in self.views:
+            view(store, job)
+
+    def close(self) -> None:
+        for view in self.views:
+            close = getattr(view, "close", None)
+            if close is not None:
+                close()

@@ -106,6 +106,11 @@ def _status(args: argparse.Namespace, store: RecordStore) -> int:
 
     job_ids = [args.job] if args.job else recent(store)
     live = getattr(args, "watch", False)
+    if live and not args.json and job_ids:  # drawn in place, fitting the terminal (rich)
+        from farm.client.progress import watch
+
+        watch(store, job_ids, args.interval)
+        return 0
     while True:
         views = views_of(store, job_ids)
         if args.json:

@@ -69,3 +69,30 @@ def test_the_latest_jobs_are_listed_as_farm_status_lists_them():
                               task_names={}, weights={}))
     assert recent(store) == [f"j{i:02}" for i in range(2, 12)]
     assert recent(store, 3) == ["j09", "j10", "j11"] and recent(store, 0) == []
+
+
+def test_progress_true_draws_the_live_view_beside_the_callbacks(monkeypatch):
+    """`Farm.submit(progress=True)`: the job's live view (plain lines where stderr is no
+    terminal), beside an `on_progress` callback; the wait closes both."""
+    import io
+
+    from rich.console import Console
+
+    from farm.client import progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(progress, "live_view",
+                        lambda: progress.LiveView(Console(file=out, width=60)))
+    store = open_store("memory://")
+    job = a_job(store)
+    measure(store, 2, best_us=20.0)
+    seen: list[farm.Progress] = []
+    view = api._feed(None, seen.append, progress=True)
+    view(store, job)
+    view.close()
+    assert len(seen) == 1 and seen[0].trials_done == 2
+    drawn = out.getvalue()
+    assert "dense" in drawn and "\x1b[" not in drawn, drawn  # plain: a file, not a terminal
+    assert all(len(line) <= 60 for line in drawn.splitlines()), drawn
+    alone = api._feed(None, None, progress=True)
+    assert isinstance(alone, progress.LiveView)
