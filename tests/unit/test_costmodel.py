@@ -80,3 +80,32 @@ def test_imported_and_other_version_records_neither_train_nor_become_best():
         store.add_record(r)
     assert store.best("w").candidate == "old"  # the store's raw best: another version's time
     assert trusted_best(store, "w").candidate == "mine"
+
+
+def test_a_sample_the_host_cannot_read_whole_is_not_looked_for_again(monkeypatch, tmp_path):
+    """The key's model picks its samples by their entries; one whose whole record is in no
+    archive this host reads (here: none) is marked featureless once, not sought at every
+    training."""
+    from farm.core.messages import TuneTask
+    from farm.store import StoredRecord, open_store
+    from workers.round import samples
+
+    store = open_store("memory://", hot_records=2, features=str(tmp_path / "f.sqlite"))
+    store.put_workload(TuneTask(name="t", workload_key="w", weight=1, mod_json="{}",
+                                target={}, device_key="k"))
+    for i in range(5):
+        store.add_record(StoredRecord(workload_key="w", candidate=f"c{i}", record=[{}, [1.0]],
+                                      run_us=10.0 + i))
+    featurized: list[list[str]] = []
+    monkeypatch.setattr(samples, "featurize", lambda task, recs, threads=1: (
+        featurized.append([r.candidate for r in recs]) or {r.candidate: "1:1:x" for r in recs}))
+    sought: list[int] = []
+    real_wholes = samples.wholes
+    monkeypatch.setattr(samples, "wholes", lambda *a: sought.append(1) or real_wholes(*a))
+    picked = samples.pick(store, ["w"], 5, ())
+    samples.featurize_missing(store, picked, "k", 1)
+    assert featurized == [["c0", "c1"]]  # the 2 hot ones; c2-c4 left for an archive
+    assert picked["w"].features == {"c0": "1:1:x", "c1": "1:1:x", "c2": "", "c3": "", "c4": ""}
+    again = samples.pick(store, ["w"], 5, ())
+    samples.featurize_missing(store, again, "k", 1)
+    assert len(sought) == 1 and len(featurized) == 1  # nothing sought again

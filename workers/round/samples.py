@@ -138,9 +138,12 @@ def featurize_missing(store: RecordStore, picked: dict[str, Picked], device_key:
     whole = wholes(store, store.archive, device_key, wanted) if wanted else {}
     for wk, found in whole.items():
         task = store.get_workload(wk)
-        if task is None or not found:
-            continue
-        new = featurize(task, [found[e.candidate] for e in wanted[wk] if e.candidate in found],
-                        threads)
+        # a chosen sample whose whole record is nowhere this host reads (archive days past
+        # their retention, another host's archive) has no features: said once, so that it is
+        # not looked for again at every training
+        new = {e.candidate: "" for e in wanted[wk] if e.candidate not in found}
+        if task is not None and found:
+            new.update(featurize(task, [found[e.candidate] for e in wanted[wk]
+                                        if e.candidate in found], threads))
         store.put_features(wk, new)
         picked[wk].features.update(new)
