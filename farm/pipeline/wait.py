@@ -48,6 +48,8 @@ def _wait(farm: Farm, job: JobSpec, report: Callable[[str], None], timeout_s: fl
         try:
             states = farm.store.task_states(job.job_id)
             measured = farm.store.job_measured(job.job_id)
+            if view is not None:  # it reads the store too: an outage there is waited out
+                view(farm.store, job)
             outage_since = None
         except StoreUnavailable as e:  # Redis restarting: the job goes on, keep waiting
             now = time.monotonic()
@@ -60,9 +62,7 @@ def _wait(farm: Farm, job: JobSpec, report: Callable[[str], None], timeout_s: fl
             time.sleep(2)
             continue
         line = progress_line(job, states, measured)
-        if view is not None:
-            view(farm.store, job)
-        elif line != last:
+        if view is None and line != last:
             report(line)
             last = line
         if len(states) >= len(job.workload_keys) and all(
