@@ -117,12 +117,14 @@ def _folded(mod: IRModule) -> IRModule:
 
 
 def _flop(mod: IRModule) -> float:
+    # imported outside the try: a moved estimator is an error, not 0 FLOPs for every task
+    from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.s_tir.meta_schedule import _ffi_api  # noqa: F401 - registers the estimator
 
     try:
-        from tvm.s_tir.analysis import estimate_tir_flops
-
         return float(estimate_tir_flops(mod))
-    except Exception:  # noqa: BLE001 - FLOPs are informational
+    except Exception as e:  # noqa: BLE001 - FLOPs are informational: this task's only
+        log.warning("FLOPs of %s not estimated: %s", mod.get_global_vars()[0].name_hint
+                    if len(mod.get_global_vars()) else "a task", e)
         return 0.0
 
