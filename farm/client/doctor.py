@@ -107,7 +107,11 @@ def check_archive(url: str) -> Check:
     fix = ("give every worker host the same FARM_ARCHIVE: a shared mount or an object store "
            "URL (s3://..., with its fsspec package installed), writable by each")
     try:
-        hosts = open_store(url).hosts()
+        store = open_store(url)
+        try:
+            hosts = store.hosts()
+        finally:
+            store.close()
     except Exception as e:  # noqa: BLE001 - one line of the report
         return Check("archive", False, f"{type(e).__name__}: {e}", fix)
     broken = [f"{h.name}: {h.archive or '?'}: {h.archive_error}" for h in hosts
@@ -124,8 +128,10 @@ def check_archive(url: str) -> Check:
                      warn=True)
     if not groups:
         return Check("archive", True, "no live worker host reports its archive yet")
-    return Check("archive", True, f"the {len(hosts)} worker host(s) share one archive: "
-                 + ", ".join(next(iter(groups.values()))))
+    silent = [h.name for h in hosts if not h.archive_id]  # an older worker, or reading it
+    return Check("archive", True, f"{len(hosts) - len(silent)} of {len(hosts)} worker host(s) "
+                 "share one archive: " + ", ".join(next(iter(groups.values())))
+                 + (f"; no archive reported by {', '.join(silent)}" if silent else ""))
 
 
 def check_phones(tracker: str, key: str) -> str:

@@ -73,8 +73,20 @@ class Archive:
             if found:
                 return found
         self.fs.makedirs(self.root, exist_ok=True)
-        with self.fs.open(path, "wb") as f:
-            f.write(uuid.uuid4().hex.encode())
+        mine = uuid.uuid4().hex
+        if self.local:  # made whole aside, then linked in only where none is (atomic, NFS too)
+            aside = f"{path}.{mine}"
+            with open(aside, "w") as f:
+                f.write(mine)
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                pass  # another first user's stays
+            finally:
+                os.unlink(aside)
+        else:
+            with self.fs.open(path, "wb") as f:
+                f.write(mine.encode())
         with self.fs.open(path, "rb") as f:  # two first users at once: the write that stayed
             return f.read(64).decode(errors="replace").strip()
 

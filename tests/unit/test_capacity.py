@@ -89,3 +89,15 @@ def test_doctor_says_when_the_worker_hosts_do_not_share_one_archive(clean_redis,
     beat("c", "s3://lab/farm", "", "PermissionError: denied")
     check = doctor.check_archive(clean_redis)
     assert not check.ok and "c: s3://lab/farm: PermissionError" in check.detail, check
+
+
+def test_first_users_of_an_archive_at_once_agree_on_its_id(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from farm.store.cold import Archive
+
+    url = str(tmp_path / "new")
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: Archive(url).identity(), range(16)))
+    assert len(ids) == 1 and len(next(iter(ids))) == 32, ids
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [".archive-id"]

@@ -26,6 +26,7 @@ from farm.store import RecordStore
 from farm.store.hosts import HostBeat
 
 if TYPE_CHECKING:
+    from farm.store.cold import Archive
     from workers.round.gate import Gate
 
 log = logging.getLogger(__name__)
@@ -93,12 +94,18 @@ class Heartbeat(threading.Thread):
             return {}
         ident, error, read_at = self.archive_seen
         if time.monotonic() - read_at >= ARCHIVE_READ_S:
-            try:
-                ident, error = archive.identity(), ""
-            except Exception as e:  # noqa: BLE001 - reported in the beat, never fatal
-                ident, error = "", f"{type(e).__name__}: {e}"[:300]
+            # read aside: a slow or hanging archive (NFS, object store) never delays a beat
             self.archive_seen = (ident, error, time.monotonic())
+            threading.Thread(target=self._read_archive, args=(archive,), daemon=True,
+                             name=f"archive-id-{self.node}").start()
         return {"archive": redact(archive.url), "archive_id": ident, "archive_error": error}
+
+    def _read_archive(self, archive: Archive) -> None:
+        try:
+            ident, error = archive.identity(), ""
+        except Exception as e:  # noqa: BLE001 - reported in the beat, never fatal
+            ident, error = "", f"{type(e).__name__}: {e}"[:300]
+        self.archive_seen = (ident, error, self.archive_seen[2])
 
     def _count_work(self, found: dict[str, tracker_mod.KeyInfo]) -> None:
         """Add the time since the last beat to the work time of every phone on the tracker whose
