@@ -80,3 +80,29 @@ def test_a_host_serves_its_own_phones_and_rounds_with_its_name(store):
                                                   ("state", "busy")}))] == 1
         assert got[("tunefarm_rounds_running", frozenset({("host", node),
                                                           ("device_key", key)}))] == running
+
+
+def test_a_killed_workers_metric_files_are_removed_by_the_next(tmp_path, monkeypatch):
+    """Round-time files live in <home>/metrics/<pid>: a worker killed before it could remove
+    its folder leaves it, and the next worker of the machine removes it; a live one's stays."""
+    import os
+    import subprocess
+    import sys
+
+    from prometheus_client import values
+
+    from workers.host.round_times import multiprocess_folder
+
+    monkeypatch.setattr(values, "ValueClass", values.ValueClass)  # put back after the test
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    live = str(os.getppid())
+    for pid in (gone, live):
+        (tmp_path / "metrics" / pid).mkdir(parents=True)
+        (tmp_path / "metrics" / pid / "histogram_1.db").write_bytes(b"x")
+    folder = multiprocess_folder(tmp_path)
+    assert folder == str(tmp_path / "metrics" / str(os.getpid()))
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == folder
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == sorted(
+        [live, str(os.getpid())])

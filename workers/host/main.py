@@ -10,6 +10,7 @@ import socket
 import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.core.config import FarmConfig
@@ -95,7 +96,7 @@ def serve_metrics(config: FarmConfig, store: RecordStore, broker: BrokerQueues, 
     from workers.host.metrics import FarmCollector, serve
     from workers.host.round_times import RoundTimes, multiprocess_folder
 
-    folder = multiprocess_folder()
+    folder = multiprocess_folder(Path(config.home))
     try:
         RoundTimes(config, name).connect()
         serve(FarmCollector(store, broker, name, leads=lambda: supervisor.leading),

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import shutil
 import time
-from typing import Any
+from pathlib import Path
 
 from farm.core.config import FarmConfig
 from farm.core.messages import RoundRequest, RoundResult
@@ -37,18 +37,28 @@ HISTOGRAMS = ("tunefarm_round_duration_seconds", "tunefarm_round_measure_seconds
               "tunefarm_round_queue_wait_seconds")
 
 
-def multiprocess_folder() -> str:
-    """A new folder for this worker's per-process metric files, named in the environment the
-    pool processes inherit. Call before the pool forks; remove the folder when the worker
-    ends."""
-    folder = tempfile.mkdtemp(prefix="farm-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+def multiprocess_folder(home: Path) -> str:
+    """A new folder for this worker's per-process metric files (`<home>/metrics/<pid>`),
+    named in the environment the pool processes inherit. Call before the pool forks; the
+    worker removes it when it ends, and the next worker of the machine removes those of
+    workers that were killed before they could."""
+    import psutil
+
+    parent = home / "metrics"
+    parent.mkdir(parents=True, exist_ok=True)
+    for old in parent.iterdir():  # a worker killed outright (SIGKILL, OOM) left its folder
+        if old.name.isdigit() and not psutil.pid_exists(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = parent / str(os.getpid())
+    shutil.rmtree(folder, ignore_errors=True)  # a PID reused: not its files
+    folder.mkdir()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     from prometheus_client import values
 
     # prometheus_client picks its value class when first imported: if something imported it
     # before the folder was named, pick again (no metric of this process has a value yet)
     values.ValueClass = values.get_value_class()
-    return folder
+    return str(folder)
 
 
 class RoundTimes:
@@ -79,7 +89,7 @@ class RoundTimes:
         signals.task_prerun.connect(self.started, weak=False)
         signals.task_postrun.connect(self.ended, weak=False)
 
-    def started(self, task: Any = None, args: Any = None, **_: Any) -> None:
+    def started(self, task: object = None, args: object = None, **_: object) -> None:
         """A pool process took a round: its wait since it was queued (a round sent again
         waits from its new stamp; a retry, whose task is no longer `queued`, is not a wait)."""
         req = _request(task, args)
@@ -97,7 +107,8 @@ class RoundTimes:
         self.queue_wait.labels(self.node, req.device_key).observe(
             max(0.0, time.time() - state.updated_at))
 
-    def ended(self, task: Any = None, args: Any = None, retval: Any = None, **_: Any) -> None:
+    def ended(self, task: object = None, args: object = None, retval: object = None,
+              **_: object) -> None:
         """A round returned: its wall and measuring time, when it ran (not skipped or fenced
         out: those measured nothing and did not move the job on)."""
         req = _request(task, args)
@@ -116,8 +127,9 @@ class RoundTimes:
         return self._store
 
 
-def _request(task: Any, args: Any) -> RoundRequest | None:
-    if getattr(task, "name", None) != ROUND_TASK or not args:
+def _request(task: object, args: object) -> RoundRequest | None:
+    if getattr(task, "name", None) != ROUND_TASK or not isinstance(args, (list, tuple)) \
+            or not args:
         return None
     try:
         return RoundRequest.from_json(args[0])
