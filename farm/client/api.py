@@ -64,6 +64,9 @@ class Job:
     job_id: str
     out: Path | None
     summary: JsonDict | None = None
+    # `out` was named in this process (`Farm.submit`'s out, `resume`'s out=): `wait` may
+    # replace it; an `out` read from the store is replaced only when it holds a result
+    out_given: bool = False
 
     def status(self) -> JsonDict:
         """The job as `farm status JOB --json` shows it: per task its trials, best and state."""
@@ -99,19 +102,26 @@ class Job:
                         timeout_s=timeout_s, allow_pickle=allow_pickle,
                         view=_feed(report, on_progress))
         self.out = Path(result["out"])
+        self.out_given = self.out_given or out is not None
         self.summary = result if "tasks" in result else None
         return self
 
     def wait(self, timeout_s: float | None = None, report: Report | None = None,
              on_progress: OnProgress | None = None) -> JsonDict:
         """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
-        summary. A job of the embedded farm is finished when `submit` returns."""
+        summary. A non-empty `out` is replaced when this process named it (`submit`'s out,
+        `resume`'s out=) or when it holds a result of the farm's, never else. A job of the
+        embedded farm is finished when `submit` returns."""
         if self.summary is not None:
             return self.summary
         from farm.pipeline.job import follow
+        from farm.pipeline.preflight import is_result
 
+        # a store others can write must not name a folder for this call to delete (as
+        # `farm resume`, `farm wait`)
+        force = self.out_given or (self.out is not None and is_result(self.out))
         self.summary = follow(self.job_id, self.farm.config, report or _quiet, out=self.out,
-                              force=True, timeout_s=timeout_s,
+                              force=force, timeout_s=timeout_s,
                               view=_feed(report, on_progress))
         return self.summary
 
@@ -266,7 +276,7 @@ class Farm:
                 tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority)
             result = submit(opts, config, report=report or _quiet,
                             view=_feed(report, on_progress, progress))
-        job = Job(self, result["job_id"], out)
+        job = Job(self, result["job_id"], out, out_given=True)
         if "tasks" in result:
             job.summary = result
         return job
