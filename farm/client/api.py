@@ -321,11 +321,14 @@ def _quiet(_line: str) -> None:
 def _feed(report: Report | None, on_progress: OnProgress | None,
           progress: bool = False) -> ProgressFeed | LiveView | Views | None:
     """The waiting job's view for `on_progress` (and `report`) and, with `progress`, its live
-    view (farm/client/progress.py); None: lines to `report`."""
+    view (farm/client/progress.py) beside the lines to `report`; None: lines to `report`
+    (the wait reports them itself when no view is given)."""
     from farm.client.jobs import ProgressFeed
     from farm.client.progress import live_view
 
-    feed = None if on_progress is None else ProgressFeed(report or _quiet, on_progress)
+    # a view replaces the wait's own lines: `report` gets them from the feed
+    fed = on_progress is not None or (progress and report is not None)
+    feed = ProgressFeed(report or _quiet, on_progress) if fed else None
     if not progress:
         return feed
     return live_view() if feed is None else Views([feed, live_view()])

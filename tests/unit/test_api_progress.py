@@ -96,3 +96,26 @@ def test_progress_true_draws_the_live_view_beside_the_callbacks(monkeypatch):
     assert all(len(line) <= 60 for line in drawn.splitlines()), drawn
     alone = api._feed(None, None, progress=True)
     assert isinstance(alone, progress.LiveView)
+
+
+def test_progress_true_keeps_the_report_lines(monkeypatch):
+    """`progress=True` with `report=` and no `on_progress`: the live view replaces the wait's
+    own lines, so the view must hand them to `report` itself."""
+    import io
+
+    from rich.console import Console
+
+    from farm.client import progress
+
+    monkeypatch.setattr(progress, "live_view",
+                        lambda: progress.LiveView(Console(file=io.StringIO(), width=60)))
+    store = open_store("memory://")
+    job = a_job(store)
+    measure(store, 2, best_us=20.0)
+    lines: list[str] = []
+    view = api._feed(lines.append, None, progress=True)
+    view(store, job)
+    measure(store, 1, best_us=10.0)
+    view(store, job)
+    view.close()
+    assert len(lines) == 2 and "3 trials measured" in lines[-1], lines
