@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from farm.store import RecordStore
-from farm.store.store import is_better
+from farm.store.store import StoredRecord, is_better
 
 Point = tuple[int, float]  # (trial index in the job, latency in us)
 
@@ -43,13 +42,14 @@ class TaskTrials:
         return [i for i, (_, us) in enumerate(self.trials, 1) if us is None]
 
 
-def task_trials(store: RecordStore, job_id: str, wk: str, weight: int,
+def task_trials(records: list[StoredRecord], job_id: str, weight: int,
                 until: float | None = None) -> TaskTrials:
-    """The job's trials of workload `wk` (every record the job measured, the archive's too),
-    and the best of the others measured up to `until` (the job's end; None: any time)."""
+    """The job's trials of a workload, from every record of it (the archive's too:
+    farm/store/cold.every_record), and the best of the others measured up to `until` (the
+    job's end; None: any time)."""
     own: list[tuple[float, float | None]] = []
     other: float | None = None
-    for r in store.all_records(wk):
+    for r in records:
         if r.job_id == job_id:
             own.append((r.measured_at, r.run_us if r.valid else None))
         elif (r.valid and r.verified and (until is None or r.measured_at <= until)

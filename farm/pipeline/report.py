@@ -170,9 +170,13 @@ def _us(value: float | None) -> str:
 def job_trials(summary: JsonDict, store: RecordStore) -> list[TaskTrials]:
     """Each task's trials in this job (farm/pipeline/curves.py); other jobs' records count
     for the model's estimate up to the job's end (when it was finalized)."""
+    from farm.store.cold import every_record
+
     at = store.job_status(summary["job_id"]).get("finalized_at")
     until = float(at) if at else None
-    return [task_trials(store, summary["job_id"], t["workload_key"], t["weight"], until)
+    # one pass over each device key's archive for every task, not one per task
+    every = every_record(store, store.archive, [t["workload_key"] for t in summary["tasks"]])
+    return [task_trials(every[t["workload_key"]], summary["job_id"], t["weight"], until)
             for t in summary["tasks"]]
 
 
