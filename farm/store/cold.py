@@ -282,6 +282,40 @@ def every_record(store: RecordStore, archive: Archive | None,
     return {wk: [*recs.values(), *found.get(wk, {}).values()] for wk, recs in out.items()}
 
 
+def each_record(store: RecordStore, archive: Archive | None,
+                workloads: list[str]) -> Iterator[StoredRecord]:
+    """Every record of these workloads as `every_record` gives them, streamed: Redis's whole
+    ones first, then the archive's as its lines are read, one pass per device key; only the
+    entries of the records still to come are held, never the records (`farm cache export
+    --all` of a store of millions)."""
+    rest: dict[str, dict[str, Entry]] = {}
+    for wk in workloads:
+        hot = store.records(wk)
+        yield from hot
+        seen = {r.candidate for r in hot}
+        cold = {e.candidate: e for e in store.entries(wk) if e.candidate not in seen}
+        if cold:
+            rest[wk] = cold
+    if archive is None or not rest:
+        return
+    _drain_for_reading(store, archive)
+    by_key: dict[str | None, set[str]] = {}
+    for wk in rest:
+        task = store.get_workload(wk)
+        by_key.setdefault(task.device_key if task else None, set()).add(wk)
+    for device_key, wks in by_key.items():
+        for path, at, line in archive.lines(device_key):
+            f = _fields(line)  # parsed only when its entry still waits for it
+            wk, cand = f.get("workload_key", ""), f.get("candidate", "")
+            entry = rest[wk].get(cand) if wk in wks else None
+            if entry is None:
+                continue
+            rec = _parse(path, at, line)
+            if rec is not None and rec.verified == entry.verified:  # the copy it describes
+                del rest[wk][cand]
+                yield rec
+
+
 def wholes(store: RecordStore, archive: Archive | None, device_key: str,
            wanted: dict[str, list[Entry]]) -> dict[str, dict[str, StoredRecord]]:
     """The whole records of the entries in `wanted` (per workload, candidate -> record):

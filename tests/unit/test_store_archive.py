@@ -237,3 +237,26 @@ def test_a_cost_models_samples_are_chosen_by_entry_and_only_they_are_read_whole(
     assert "v4" not in {e.candidate for e in again} and "v7" in {e.candidate for e in again}
     assert set(wholes(cold, cold.archive, "k", {"wk": again})["wk"]) == set(
         [f"v{i}" for i in range(8) if i != 4])
+
+
+def test_each_record_streams_what_every_record_gives(cold):
+    """`export --all`'s stream: the same records as every_record (hot ones, then the
+    archive's), one per candidate even where a batch was archived twice, none removed."""
+    from farm.core.messages import TuneTask
+    from farm.store.cold import each_record, every_record
+
+    for wk in ("wk", "wk2"):
+        cold.put_workload(TuneTask(name="t", workload_key=wk, weight=1, mod_json="{}",
+                                   target={}, device_key="k"))
+    fill(cold)
+    for i in range(6):
+        assert cold.add_record(rec(f"x{i}", 30.0 + i, wk="wk2"))
+    assert drain(cold, cold.archive) == 9 + 2
+    cold.archive.append("k", [rec("v7", 17.0)])  # a crash between write and trim: twice
+    cold.remove_records("wk", ["v8"])
+    streamed = list(each_record(cold, cold.archive, ["wk", "wk2"]))
+    every = every_record(cold, cold.archive, ["wk", "wk2"])
+    assert sorted((r.workload_key, r.candidate) for r in streamed) == sorted(
+        (wk, r.candidate) for wk, recs in every.items() for r in recs)
+    assert len(streamed) == 12 + 6 and "v8" not in {r.candidate for r in streamed}
+    assert {r.candidate: r for r in streamed}["v7"] == rec("v7", 17.0)
