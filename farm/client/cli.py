@@ -254,31 +254,32 @@ def _cache_commands(sub: Commands) -> None:
                                      "import, rm, verify, archive",
                        description="What the record store holds. `farm cache ACTION --help` "
                                    "shows an action's arguments.")
+    # the options every action took when `farm cache` had one parser: before the action
+    # too (`farm cache --broker URL ls`), as each action reads them
+    _cache_options(c, argparse.Namespace(
+        device_key="ls, export: only this device key; import, verify: the device key (default "
+                   "the config's)", json="ls, verify: the rows as JSON"), given_after=False)
     actions = c.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ls = _cache_action(actions, "ls", "workloads: key, device key, trials, unverified, best, "
-                                      "task")
-    ls.add_argument("--device-key", help="only this device key")
-    ls.add_argument("--json", action="store_true", help="the rows as JSON")
+    _cache_action(actions, "ls", "workloads: key, device key, trials, unverified, best, task",
+                  device_key="only this device key", json="the rows as JSON")
     show = _cache_action(actions, "show", "one workload as JSON: failures, jobs, hosts, "
-                                          "sources, top records")
+                                          "sources, top records",
+                         json="(JSON is what show prints)")
     show.add_argument("workload_key", metavar="KEY", help="workload key (`farm cache ls`)")
     show.add_argument("--top", type=int, default=5, help="records shown (default 5)")
-    show.add_argument("--json", action="store_true", help="(JSON is what show prints)")
-    stats = _cache_action(actions, "stats", "counts, and capacity as JSON: bytes per "
-                                            "measurement, measurements a day, days left")
-    stats.add_argument("--json", action="store_true", help="(JSON is what stats prints)")
+    _cache_action(actions, "stats", "counts, and capacity as JSON: bytes per measurement, "
+                                    "measurements a day, days left",
+                  json="(JSON is what stats prints)")
     ex = _cache_action(actions, "export", "the best record per workload as a MetaSchedule "
-                                          "JSONDatabase")
+                                          "JSONDatabase", device_key="only this device key")
     ex.add_argument("folder", metavar="DIR", help="the JSONDatabase folder to write")
     ex.add_argument("--all", action="store_true",
                     help="every record (Redis's and the archive's, failures too), not only "
                          "the best of each workload")
-    ex.add_argument("--device-key", help="only this device key")
     im = _cache_action(actions, "import", "seed the store from a MetaSchedule JSONDatabase "
-                                          "(unverified records)")
+                                          "(unverified records)",
+                       device_key="the key to file the records under (default the config's)")
     im.add_argument("folder", metavar="DIR", help="the JSONDatabase folder to read")
-    im.add_argument("--device-key", help="the key to file the records under (default the "
-                                         "config's)")
     im.add_argument("--retarget", action="store_true",
                     help="file records tuned for another target under the profile's")
     rm = _cache_action(actions, "rm", "forget workloads, or the records of a source")
@@ -287,24 +288,38 @@ def _cache_commands(sub: Commands) -> None:
     rm.add_argument("--source", help="only the records from this job id, host or import path "
                                      "(all workloads, or the keys given)")
     ve = _cache_action(actions, "verify", "measure the stored bests again on a phone of the "
-                                          "key: the drift")
+                                          "key: the drift",
+                       device_key="the device key (default the config's)",
+                       json="the rows as JSON")
     ve.add_argument("workload_keys", nargs="?", metavar="KEY[,KEY]",
                     help="workload keys, comma-separated (default: every best of the key)")
-    ve.add_argument("--device-key", help="the device key (default the config's)")
     ve.add_argument("--tracker", help="HOST:PORT of a tracker with phones of the key "
                                       "(default: the embedded farm's emulated phones)")
-    ve.add_argument("--json", action="store_true", help="the rows as JSON")
     _cache_action(actions, "archive", "move waiting records to the archive now; delete days "
                                       "past the retention")
 
 
-def _cache_action(actions: Commands, name: str, text: str) -> argparse.ArgumentParser:
-    """`farm cache NAME`, with the flag every action has."""
+def _cache_action(actions: Commands, name: str, text: str, device_key: str | None = None,
+                  json: str | None = None) -> argparse.ArgumentParser:
+    """`farm cache NAME`, with the options every action takes (`device_key`, `json`: what
+    they do for this action; None: accepted as before, ignored, not shown)."""
     a = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-    a.add_argument("--broker", help="the lab farm's store (default: $FARM_BROKER_URL, else the "
-                                    "embedded farm's)")
+    _cache_options(a, argparse.Namespace(device_key=device_key, json=json), given_after=True)
     a.set_defaults(func=cmd_cache)
     return a
+
+
+def _cache_options(p: argparse.ArgumentParser, helps: argparse.Namespace,
+                   given_after: bool) -> None:
+    """--broker, --device-key, --json: on `farm cache` itself, and again on each action
+    (`given_after`) with no default, so that a value given before the action is kept."""
+    none = argparse.SUPPRESS if given_after else None
+    p.add_argument("--broker", default=none, help="the lab farm's store (default: "
+                                                  "$FARM_BROKER_URL, else the embedded farm's)")
+    p.add_argument("--device-key", default=none, help=helps.device_key or argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   default=argparse.SUPPRESS if given_after else False,
+                   help=helps.json or argparse.SUPPRESS)
 
 
 def _one_line(e: FarmError) -> str:

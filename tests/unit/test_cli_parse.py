@@ -65,6 +65,25 @@ def test_a_flag_of_another_action_is_refused(capsys):
      {"action": "verify", "json": True, "tracker": "h:1", "workload_keys": None}),
     (["cache", "archive", "--broker", "redis://x"], {"action": "archive",
                                                      "broker": "redis://x"}),
+    # the options every action took: before the action too, on any action (read where the
+    # action reads them, ignored where it never did)
+    (["cache", "--broker", "redis://x", "ls"],
+     {"action": "ls", "broker": "redis://x", "json": False, "device_key": None}),
+    (["cache", "--json", "--device-key", "k", "ls"],
+     {"action": "ls", "json": True, "device_key": "k", "broker": None}),
+    (["cache", "--device-key", "k", "export", "d"],
+     {"action": "export", "folder": "d", "device_key": "k"}),
+    (["cache", "--device-key", "k", "import", "d", "--retarget"],
+     {"action": "import", "folder": "d", "device_key": "k", "retarget": True}),
+    (["cache", "--json", "verify", "--broker", "redis://x"],
+     {"action": "verify", "json": True, "broker": "redis://x", "device_key": None}),
+    (["cache", "export", "d", "--json"], {"action": "export", "folder": "d", "json": True}),
+    (["cache", "stats", "--device-key", "k"], {"action": "stats", "device_key": "k"}),
+    (["cache", "rm", "a", "--json"], {"action": "rm", "workload_keys": "a", "json": True}),
+    (["cache", "show", "wk", "--device-key", "k", "--broker", "redis://x"],
+     {"action": "show", "workload_key": "wk", "device_key": "k", "broker": "redis://x"}),
+    (["cache", "--broker", "redis://x", "archive", "--json"],
+     {"action": "archive", "broker": "redis://x", "json": True}),
 ])
 def test_the_old_cache_invocations_still_parse(argv, want):
     args = cli.build_parser().parse_args(argv)
