@@ -257,7 +257,8 @@ class Farm:
         """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
         it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
         --early-stop, `wait=False`: --no-wait, a lab farm only); `trials_per_task` defaults
-        to 32, and with a job budget `trials` to none (the budget). `device_key` and
+        to 32, and with a job budget `trials` to none (the budget); `trials=0` is no job
+        budget, as None (the API's default once; `--trials` is at least 1). `device_key` and
         `round_trials` (and `phones`, the embedded farm's) override the farm's config for
         this job. `progress=True` draws the job's live view while it waits: one output cell
         updated in place in Jupyter, in place on a terminal, else plain lines (stderr)."""
@@ -266,7 +267,7 @@ class Farm:
 
         config = self._config(device_key=device_key, round_trials=round_trials,
                               phones=phones)
-        per_task, budget = trial_budgets(trials_per_task, trials)
+        per_task, budget = trial_budgets(trials_per_task, trials, zero_is_none=True)
         out = Path(out)
         with _model_file(model, example_inputs, out, keep=not wait) as path:
             opts = SubmitOptions(

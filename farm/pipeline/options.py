@@ -18,12 +18,17 @@ DEFAULT_DTYPE = "float32"  # the inputs' dtype (--dtype, dtype=)
 DEFAULT_PRIORITY = "normal"  # --priority, priority= (one of PRIORITIES)
 
 
-def trial_budgets(trials_per_task: int | None, trials: int | None) -> tuple[int, int]:
+def trial_budgets(trials_per_task: int | None, trials: int | None, *,
+                  zero_is_none: bool = False) -> tuple[int, int]:
     """(trials per task, job budget) for `--trials-per-task` / `trials_per_task=` and
     `--trials` / `trials=`, None where left out. No job budget: every task gets
     `trials_per_task` (default DEFAULT_TRIALS). A job budget N: the planner spends N where it
     pays most, and a task may take all of it unless `trials_per_task` caps it. The job
-    budget 0 is "none" (SubmitOptions.trials_budget); given, it is at least 1."""
+    budget 0 is "none" (SubmitOptions.trials_budget). `--trials`, given, is at least 1;
+    the API's `trials=0` (`zero_is_none`: its documented default before None) is no job
+    budget, as None."""
+    if zero_is_none and trials == 0 and not isinstance(trials, bool):
+        trials = None
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
                                or trials < 1):
         raise UsageError(f"must be a whole number >= 1, got {trials!r}", subject="--trials",

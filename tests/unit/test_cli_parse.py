@@ -176,9 +176,20 @@ def test_a_job_budget_below_one_is_refused_by_both(capsys, submitted, tmp_path, 
     monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
     assert cli.main(["submit", "m.pt2", "--out", "o", "--trials", "0"]) == 2
     assert "--trials: must be a whole number >= 1" in capsys.readouterr().err
-    with pytest.raises(farm.UsageError, match="--trials: must be a whole number >= 1"):
-        farm.Farm().submit("m.pt2", out="o", trials=0)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(farm.UsageError, match="--trials: must be a whole number >= 1"):
+            farm.Farm().submit("m.pt2", out="o", trials=bad)
     assert submitted.opts is None
+
+
+def test_the_apis_trials_0_is_no_job_budget(submitted, tmp_path, monkeypatch):
+    """`trials=0`, the API's documented default once, still means no job budget (None);
+    the command's `--trials 0` is refused (above)."""
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    farm.Farm().submit("m.pt2", out="o", trials=0, trials_per_task=8)
+    assert (submitted.opts.trials_per_task, submitted.opts.trials_budget) == (8, 0)
+    farm.Farm().submit("m.pt2", out="o", trials=0)
+    assert submitted.opts == SubmitOptions(model=Path("m.pt2"), out=Path("o"))
 
 
 def test_round_trials_and_device_key_are_the_jobs_config(monkeypatch, tmp_path):
