@@ -346,7 +346,16 @@ def _canonical(target: Target) -> str:
 def remove(store: RecordStore, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
     """`farm cache rm`: forget whole workloads, or (with `source`) only the records that came
     from it: a whole job id, host or source, or an import (`import:<path>`, or a folder
-    above it: `import:/data/logs`). Returns {"workloads": n, "records": n} removed."""
+    above it: `import:/data/logs`). Returns {"workloads": n, "records": n} removed. Neither
+    keys nor a source, or a key the store does not hold: a UsageError, nothing removed."""
+    if not workload_keys and not source:
+        raise UsageError("farm cache rm needs workload keys or --source",
+                         hint="`farm cache ls` lists workload keys; --source takes a job "
+                              "id, a host or an import path")
+    unknown = [wk for wk in workload_keys if store.get_workload(wk) is None]
+    if unknown:
+        raise UsageError(f"no such workload: {', '.join(unknown)}", subject="farm cache rm",
+                         hint="`farm cache ls` lists them")
     if source is None:
         gone = sum(1 for wk in workload_keys if store.remove_workload(wk))
         return {"workloads": gone, "records": 0}
