@@ -91,27 +91,30 @@ class Job:
 
     def resume(self, *, out: str | Path | None = None, wait: bool = True,
                timeout_s: float | None = None, allow_pickle: bool = False,
-               report: Report | None = None, on_progress: OnProgress | None = None) -> Job:
+               report: Report | None = None, on_progress: OnProgress | None = None,
+               progress: bool = False) -> Job:
         """As `farm resume JOB`: continue the job from the records in the store (only what is
         missing is measured), into `out` (default: its own); with `wait=False` (a lab farm)
-        return once dispatched. This Job, its summary set when it was compiled."""
+        return once dispatched. This Job, its summary set when it was compiled. `progress`:
+        the live view while it waits, as `Farm.submit`'s."""
         from farm.client.jobs import resume
 
         result = resume(self.job_id, self.farm.config, report or _quiet,
                         out=None if out is None else Path(out), wait=wait,
                         timeout_s=timeout_s, allow_pickle=allow_pickle,
-                        view=_feed(report, on_progress))
+                        view=_feed(report, on_progress, progress))
         self.out = Path(result["out"])
         self.out_given = self.out_given or out is not None
         self.summary = result if "tasks" in result else None
         return self
 
     def wait(self, timeout_s: float | None = None, report: Report | None = None,
-             on_progress: OnProgress | None = None) -> JsonDict:
+             on_progress: OnProgress | None = None, *, progress: bool = False) -> JsonDict:
         """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
         summary. A non-empty `out` is replaced when this process named it (`submit`'s out,
         `resume`'s out=) or when it holds a result of the farm's, never else. A job of the
-        embedded farm is finished when `submit` returns."""
+        embedded farm is finished when `submit` returns. `progress`: the live view while it
+        waits, as `Farm.submit`'s."""
         if self.summary is not None:
             return self.summary
         from farm.pipeline.job import follow
@@ -122,7 +125,7 @@ class Job:
         force = self.out_given or (self.out is not None and is_result(self.out))
         self.summary = follow(self.job_id, self.farm.config, report or _quiet, out=self.out,
                               force=force, timeout_s=timeout_s,
-                              view=_feed(report, on_progress))
+                              view=_feed(report, on_progress, progress))
         return self.summary
 
 

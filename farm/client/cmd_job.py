@@ -78,7 +78,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
     config = config_of(args, broker_url=args.broker)
     out = Path(args.out) if args.out else None
     summary = follow(args.job, config, report, out=out, force=args.force,
-                     timeout_s=args.timeout, allow_pickle=args.allow_pickle)
+                     timeout_s=args.timeout, allow_pickle=args.allow_pickle,
+                     view=_live_view())
     return _print_summary(summary, out or Path(summary.get("out", ".")), args.json)
 
 

@@ -180,6 +180,7 @@ def render(view: JsonDict, width: int | None = None) -> str:
 
 
 def _width() -> int:
+    """$COLUMNS, else the terminal's width (stdout's), else PLAIN_WIDTH (a log, a pipe)."""
     return shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns
 
 
@@ -194,12 +195,16 @@ class LiveView:
     """Jobs' views drawn again at every poll: in place on a terminal (rich's Live: the new
     frame replaces the last, cut to the terminal's height), as one output cell updated in
     place in Jupyter, and elsewhere (a log, a pipe) as plain lines: a frame whenever a task's
-    state or trial count changed. Called with the store and a job, it is the `view` of
-    farm.pipeline.wait.wait_for_job. `close()` (or leaving a `with`) leaves the last frame
-    on screen and gives the cursor back; it can be called twice."""
+    state or trial count changed, as wide as the `console` given, else as `farm status`
+    prints them (`render`: not rich's 80 columns of a file). On stderr, or on stdout
+    (`stdout`: `farm status --watch`) when no `console` is given. Called with the store and a
+    job, it is the `view` of farm.pipeline.wait.wait_for_job. `close()` (or leaving a
+    `with`) leaves the last frame on screen and gives the cursor back; it can be called
+    twice."""
 
-    def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+    def __init__(self, console: Console | None = None, *, stdout: bool = False) -> None:
+        self.plain_width = None if console is not None else _width()
+        self.console = console or Console(stderr=not stdout, highlight=False)
         self.mode: Mode = ("jupyter" if self.console.is_jupyter else
                            "terminal" if self.console.is_terminal
                            and not self.console.is_dumb_terminal else "plain")
@@ -229,7 +234,7 @@ class LiveView:
         shown = _changes(views)
         if shown != self.shown:
             self.shown = shown
-            width = self.console.width
+            width = self.plain_width or self.console.width
             self.console.file.write(plain(_frames(views, width), width) + "\n")
             self.console.file.flush()
 
@@ -274,7 +279,7 @@ def watch(store: RecordStore, job_ids: list[str], interval_s: float,
           console: Console | None = None) -> None:
     """`farm status --watch`: the jobs' views, drawn again every `interval_s` (on stdout)
     until none of them runs any more."""
-    with LiveView(console or Console(highlight=False)) as view:
+    with LiveView(console, stdout=True) as view:
         while True:
             views = [job_view(store, store.require_job(job_id)) for job_id in job_ids]
             view.show(views)

@@ -103,3 +103,50 @@ def test_a_job_resumed_here_into_an_out_of_its_own_replaces_it(lab, followed, tm
     job.resume(out=tmp_path / "mine", wait=False).wait()
     assert followed.calls[-1] == {"job_id": "j1", "out": tmp_path / "mine", "force": True,
                                   "view": None}
+
+
+@pytest.fixture
+def live(monkeypatch) -> list:
+    """The live views made (farm/client/progress.py: live_view, what `progress=True` draws)."""
+    import io
+
+    from rich.console import Console
+
+    from farm.client import progress
+
+    made: list = []
+
+    def live_view():
+        made.append(progress.LiveView(Console(file=io.StringIO(), width=60)))
+        return made[-1]
+
+    monkeypatch.setattr(progress, "live_view", live_view)
+    return made
+
+
+def test_wait_and_resume_draw_the_live_view_as_submit_does(lab, followed, live, monkeypatch,
+                                                           tmp_path):
+    views = []
+    monkeypatch.setattr("farm.client.jobs.resume",
+                        lambda job_id, config, report, view=None, **kw:
+                        views.append(view) or {"job_id": job_id, "state": "submitted",
+                                               "out": str(tmp_path / "run")})
+    job = api.Job(lab, "j1", tmp_path / "run")
+    job.resume(wait=False, progress=True)
+    assert views == [live[0]]
+    job.wait(progress=True)
+    assert followed.calls[-1]["view"] is live[1]
+    job.summary = None
+    job.wait()
+    assert followed.calls[-1]["view"] is None and len(live) == 2
+
+
+def test_farm_wait_draws_the_live_view_as_submit_and_resume_do(followed, monkeypatch,
+                                                               tmp_path, capsys):
+    from farm.client import cli, cmd_job
+
+    view = object()
+    monkeypatch.setattr(cmd_job, "_live_view", lambda: view)
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    assert cli.main(["wait", "j1", "--broker", "redis://127.0.0.1:1/0", "--json"]) == 0
+    assert followed.calls[-1]["view"] is view

@@ -119,3 +119,35 @@ def test_progress_true_keeps_the_report_lines(monkeypatch):
     view(store, job)
     view.close()
     assert len(lines) == 2 and "3 trials measured" in lines[-1], lines
+
+
+def test_farm_status_piped_is_as_wide_with_and_without_watch(monkeypatch, capsys):
+    """`farm status | cat` and `farm status --watch | cat`: the same plain lines, as wide as
+    `render` draws where the output is no terminal (not rich's 80 columns of a file)."""
+    import contextlib
+    import os
+    import shutil
+
+    from farm.client import cli, cmd_job
+    from farm.client.progress import PLAIN_WIDTH
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(shutil, "get_terminal_size",  # stdout is a pipe
+                        lambda fallback=(80, 24): os.terminal_size(fallback))
+    store = open_store("memory://")
+    name = "fused_conv2d_add_relu_" * 4
+    store.put_job(JobSpec(job_id="j", model="m.pt2", device_key="cpu-local", target={},
+                          trials_per_task=8, round_trials=4, workload_keys=["a"],
+                          task_names={"a": name}, weights={"a": 1}))
+    store.set_job_status("j", state="running", started_at="1000")
+    store.set_task_state("j", "a", TaskState(state="done", best_us=12.5))
+    monkeypatch.setattr(cmd_job, "store_of", lambda args: contextlib.nullcontext(store))
+    shown = []
+    for flags in ([], ["--watch"]):
+        args = cli.build_parser().parse_args(["status", "j", *flags])
+        assert cmd_job.cmd_status(args) == 0
+        lines = capsys.readouterr().out.rstrip("\n").split("\n")
+        shown.append([line for line in lines if "elapsed" not in line])  # the clock moved
+    plain, watched = shown
+    assert watched == plain and any(name[:40] in line for line in plain), shown
+    assert 80 < max(len(line) for line in plain) <= PLAIN_WIDTH
