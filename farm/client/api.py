@@ -99,7 +99,7 @@ class Job:
         the live view while it waits, as `Farm.submit`'s."""
         from farm.client.jobs import resume
 
-        result = resume(self.job_id, self.farm.config, report or _quiet,
+        result = resume(self.job_id, self.farm.config, report or quiet,
                         out=None if out is None else Path(out), wait=wait,
                         timeout_s=timeout_s, allow_pickle=allow_pickle,
                         view=_feed(report, on_progress, progress))
@@ -123,7 +123,7 @@ class Job:
         # a store others can write must not name a folder for this call to delete (as
         # `farm resume`, `farm wait`)
         force = self.out_given or (self.out is not None and is_result(self.out))
-        self.summary = follow(self.job_id, self.farm.config, report or _quiet, out=self.out,
+        self.summary = follow(self.job_id, self.farm.config, report or quiet, out=self.out,
                               force=force, timeout_s=timeout_s,
                               view=_feed(report, on_progress, progress))
         return self.summary
@@ -172,7 +172,7 @@ class Cache:
         from farm.client import cache
         from farm.pipeline.job import tuned_profile
 
-        profile = tuned_profile(self.farm._config(device_key=device_key), _quiet)
+        profile = tuned_profile(self.farm._config(device_key=device_key), quiet)
         with self.farm.store() as store:
             return cache.import_log(store, Path(log_dir), profile, retarget=retarget)
 
@@ -191,7 +191,7 @@ class Cache:
         from farm.client.cmd_cache import verify
 
         return verify(self.farm._config(device_key=device_key), tracker, workload_keys,
-                      _quiet)[1]
+                      quiet)[1]
 
     def archive(self) -> JsonDict:
         """As `farm cache archive`: the spool moved to the archive now, days past the
@@ -272,13 +272,13 @@ class Farm:
                               phones=phones)
         per_task, budget = trial_budgets(trials_per_task, trials, zero_is_none=True)
         out = Path(out)
-        with _model_file(model, example_inputs, out, keep=not wait) as path:
+        with model_file(model, example_inputs, out, keep=not wait) as path:
             opts = SubmitOptions(
                 model=path, out=out, trials_per_task=per_task, trials_budget=budget,
                 early_stop_rounds=early_stop_rounds, input_shape=input_shape, dtype=dtype,
                 allow_pickle=allow_pickle, force=force, wait=wait, timeout_s=timeout_s,
                 tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority)
-            result = submit(opts, config, report=report or _quiet,
+            result = submit(opts, config, report=report or quiet,
                             view=_feed(report, on_progress, progress))
         job = Job(self, result["job_id"], out, out_given=True)
         if "tasks" in result:
@@ -296,10 +296,11 @@ class Farm:
 
 
 @contextlib.contextmanager
-def _model_file(model: str | Path | TorchModule, example_inputs: tuple[object, ...] | None,
-                out: Path, keep: bool = False) -> Iterator[Path]:
-    """A model file for `model`: the path given, or an nn.Module exported to a .pt2 beside
-    `out`: for the call's lifetime, or kept (`keep`: a job that `Job.wait` compiles later)."""
+def model_file(model: str | Path | TorchModule, example_inputs: tuple[object, ...] | None,
+               out: Path, keep: bool = False) -> Iterator[Path]:
+    """A model file for `model` (`Farm.submit`, `farm.prepare`): the path given, or an
+    nn.Module exported to a .pt2 beside `out`: for the call's lifetime, or kept (`keep`: a
+    job that `Job.wait` compiles later)."""
     if isinstance(model, (str, Path)):
         if example_inputs is not None:
             raise UsageError("example_inputs are for an nn.Module; a model file carries its own "
@@ -318,8 +319,8 @@ def _model_file(model: str | Path | TorchModule, example_inputs: tuple[object, .
         yield export_module(model, example_inputs, Path(tmp) / f"{type(model).__name__}.pt2")
 
 
-def _quiet(_line: str) -> None:
-    """Progress lines are dropped unless a `report` callback is given."""
+def quiet(_line: str) -> None:
+    """A `report` that drops the lines: the API's when no `report` callback is given."""
 
 
 def _feed(report: Report | None, on_progress: OnProgress | None,
@@ -332,7 +333,7 @@ def _feed(report: Report | None, on_progress: OnProgress | None,
 
     # a view replaces the wait's own lines: `report` gets them from the feed
     fed = on_progress is not None or (progress and report is not None)
-    feed = ProgressFeed(report or _quiet, on_progress) if fed else None
+    feed = ProgressFeed(report or quiet, on_progress) if fed else None
     if not progress:
         return feed
     return live_view() if feed is None else Views([feed, live_view()])

@@ -18,14 +18,15 @@ import tempfile
 from pathlib import Path
 
 from farm.core.aliases import IRModule, TorchModule
+from farm.pipeline.options import DEFAULT_DTYPE
 
 
 def prepare(model: str | Path | TorchModule, example_inputs: tuple[object, ...] | None = None,
             *, device_key: str | None = None, input_shape: str | None = None,
-            dtype: str = "float32", allow_pickle: bool = False, broker: str | None = None,
+            dtype: str = DEFAULT_DTYPE, allow_pickle: bool = False, broker: str | None = None,
             config_file: str | Path | None = None) -> IRModule:
     """The fused Relax module a job on `model` tunes and whose records its best/ holds."""
-    from farm.client.api import Farm, _model_file, _quiet
+    from farm.client.api import Farm, model_file, quiet
     from farm.pipeline.job import Submission
     from farm.pipeline.job import prepare as prepare_stages
     from farm.pipeline.options import SubmitOptions
@@ -34,7 +35,7 @@ def prepare(model: str | Path | TorchModule, example_inputs: tuple[object, ...] 
     lab = Farm(broker=broker, config_file=config_file, settings=settings)
     with tempfile.TemporaryDirectory(prefix="farm-prepare-") as tmp:
         out = Path(tmp) / "prepare"
-        with _model_file(model, example_inputs, out) as path:
+        with model_file(model, example_inputs, out) as path:
             opts = SubmitOptions(model=Path(path), out=out, input_shape=input_shape, dtype=dtype,
                                  allow_pickle=allow_pickle)
-            return prepare_stages(Submission(opts, lab.config, report=_quiet)).extracted.fused
+            return prepare_stages(Submission(opts, lab.config, report=quiet)).extracted.fused
