@@ -131,26 +131,25 @@ def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None)
     valid and failed) as a MetaSchedule JSONDatabase; returns the records written."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from farm.store.cold import every_record
+    from farm.store.cold import each_record
     from farm.tir.module import tuning_record
 
     _check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(out_dir), module_equality="structural")
     written = 0
-    tasks = _tasks(store, device_key)
-    # one pass over the archive for them all (it drains the spool first)
-    every = every_record(store, store.archive, [t.workload_key for t in tasks])
-    for task in tasks:
-        wk = task.workload_key
-        workload = db.commit_workload(load_mod(task))
-        for rec in sorted(every[wk], key=lambda r: r.measured_at):
-            try:
-                db.commit_tuning_record(tuning_record(rec.record, workload))
-            except Exception as e:  # noqa: BLE001 - an unreadable record is skipped, said
-                log.warning("export: record %s of %s skipped: %s", rec.candidate, wk, e)
-                continue
-            written += 1
+    workloads = {t.workload_key: db.commit_workload(load_mod(t))
+                 for t in _tasks(store, device_key)}
+    # streamed: Redis's records, then one pass over the archive for them all (it drains the
+    # spool first); only the records' entries are held, not the records
+    for rec in each_record(store, store.archive, list(workloads)):
+        try:
+            db.commit_tuning_record(tuning_record(rec.record, workloads[rec.workload_key]))
+        except Exception as e:  # noqa: BLE001 - an unreadable record is skipped, said
+            log.warning("export: record %s of %s skipped: %s", rec.candidate,
+                        rec.workload_key, e)
+            continue
+        written += 1
     return written
 
 
