@@ -20,6 +20,7 @@ import redis
 from farm.local import services
 from farm.store import open_store
 from farm.store.store import total_counts
+from tests.faults.conftest import wait_until
 from tests.helpers import run_farm
 
 pytestmark = pytest.mark.integration
@@ -92,22 +93,14 @@ def leader(farm2) -> str | None:
     return leads[0] if len(leads) == 1 else None
 
 
-def until(what: str, check, timeout_s: float = 120, every_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every_s)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
-
-
 def test_two_hosts_metrics_add_up_to_the_store(farm2, tmp_path: Path):
     from tests.faults.conftest import tiny_model
 
     store = farm2["store"]
-    until("both hosts' heartbeats", lambda: {h.name for h in store.hosts()} == set(HOSTS))
-    lead = until("one host leads and says so on /metrics", lambda: leader(farm2))
+    wait_until("both hosts' heartbeats", lambda: {h.name for h in store.hosts()} == set(HOSTS),
+               timeout_s=120)
+    lead = wait_until("one host leads and says so on /metrics", lambda: leader(farm2),
+                      timeout_s=120)
     before = scrape_all(farm2)
     for host in HOSTS:  # a host serves its own phones, with its name, and its process
         own = ("tunefarm_phones", frozenset({("host", host), ("device_key", "cpu-local"),
