@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from farm.local import services
+from tests.helpers import tidy_meta_schedule_loggers
 
 # every farm the tests start (their processes inherit the environment) evolves 64 schedules a
 # batch instead of MetaSchedule's 512: the tests tune a few trials a round, where the search,
@@ -55,33 +56,11 @@ def example_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _tidy_meta_schedule_loggers() -> None:
-    """MetaSchedule's loggers keep what an earlier test's in-process tune_tir left on them
-    (the tests pass in any order: this runs before each module's fixtures and each test):
-    - pytest hangs nameless capture handlers on loggers; tune_tir copies the names of the
-      handlers into a logging config and fails on a nameless one;
-    - tune_tir adds file handlers in its work directory, which opens its file at the first
-      record: once that directory is gone (a test's temporary one), the next record logged
-      there (XGB's training, by a later test) fails with "No such file or directory"."""
-    import logging
-
-    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
-    for handler in [h for h in ms_log.handlers if h.get_name() is None]:
-        ms_log.removeHandler(handler)
-    names = [n for n in logging.root.manager.loggerDict if n.startswith(ms_log.name)]
-    for logger in [ms_log, *(logging.getLogger(n) for n in names)]:
-        for handler in list(logger.handlers):
-            if (isinstance(handler, logging.FileHandler)
-                    and not Path(handler.baseFilename).parent.is_dir()):
-                logger.removeHandler(handler)
-                handler.close()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _meta_schedule_logger_per_module() -> None:
-    _tidy_meta_schedule_loggers()
+    tidy_meta_schedule_loggers()
 
 
 @pytest.fixture(autouse=True)
 def _meta_schedule_logger_per_test() -> None:
-    _tidy_meta_schedule_loggers()
+    tidy_meta_schedule_loggers()

@@ -286,3 +286,26 @@ def crash_a_session(remote: Any, folder: Path, target: Any = "llvm",
     b = tvm.runtime.tensor(np.zeros(4, "float32"), dev)
     with pytest.raises(Exception):  # noqa: B017 - the session's process died: TVM's error
         crash(a, b)
+
+
+def tidy_meta_schedule_loggers() -> None:
+    """MetaSchedule's loggers keep what an earlier test's in-process tune_tir left on them
+    (the tests pass in any order: this runs before each module's fixtures, each test and
+    each tune_tir a test runs itself):
+    - pytest hangs nameless capture handlers on loggers; tune_tir copies the names of the
+      handlers into a logging config and fails on a nameless one;
+    - tune_tir adds file handlers in its work directory, which opens its file at the first
+      record: once that directory is gone (a test's temporary one), the next record logged
+      there (XGB's training, by a later test) fails with "No such file or directory"."""
+    import logging
+
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in ms_log.handlers if h.get_name() is None]:
+        ms_log.removeHandler(handler)
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(ms_log.name)]
+    for logger in [ms_log, *(logging.getLogger(n) for n in names)]:
+        for handler in list(logger.handlers):
+            if (isinstance(handler, logging.FileHandler)
+                    and not Path(handler.baseFilename).parent.is_dir()):
+                logger.removeHandler(handler)
+                handler.close()

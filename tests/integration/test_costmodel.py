@@ -17,7 +17,7 @@ from farm.core.profiles import resolve_profile
 from farm.local import services
 from farm.store import StoredRecord, candidate_hash, open_store
 from farm.store.learned import model_key
-from tests.helpers import tvm_children_without_torch
+from tests.helpers import tidy_meta_schedule_loggers, tvm_children_without_torch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -72,6 +72,7 @@ def measure_random(store, task: TuneTask, builder, seed: int) -> None:
     from farm.tir.module import load_mod
 
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1))
+    tidy_meta_schedule_loggers()  # tune_tir fails on a nameless handler of its logger
     with tempfile.TemporaryDirectory() as work:
         db = ms.tune_tir(load_mod(task), tvm.target.Target(task.target), work_dir=work,
                          max_trials_global=TRIALS, num_trials_per_iter=TRIALS, seed=seed,
