@@ -255,6 +255,16 @@ def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[St
     return every_record(store, archive, [wk])[wk]
 
 
+def _by_device_key(store: RecordStore, workloads: list[str]) -> dict[str | None, set[str]]:
+    """The workloads grouped by their device key (None: the store no longer has the task): the
+    archive is read one device key's folder at a time."""
+    out: dict[str | None, set[str]] = {}
+    for wk in workloads:
+        task = store.get_workload(wk)
+        out.setdefault(task.device_key if task else None, set()).add(wk)
+    return out
+
+
 def every_record(store: RecordStore, archive: Archive | None,
                  workloads: list[str]) -> dict[str, list[StoredRecord]]:
     """`all_records` of many workloads, with one pass over each device key's archive (not
@@ -265,12 +275,8 @@ def every_record(store: RecordStore, archive: Archive | None,
     if archive is None or not cold:  # every record is whole in Redis: no archive to read
         return {wk: list(recs.values()) for wk, recs in out.items()}
     _drain_for_reading(store, archive)
-    by_key: dict[str | None, set[str]] = {}
-    for wk in cold:
-        task = store.get_workload(wk)
-        by_key.setdefault(task.device_key if task else None, set()).add(wk)
     found: dict[str, dict[str, StoredRecord]] = {wk: {} for wk in cold}
-    for device_key, wks in by_key.items():
+    for device_key, wks in _by_device_key(store, cold).items():
         for path, at, line in archive.lines(device_key):
             f = _fields(line)  # the record is parsed only when the store holds it and lacks it
             wk, cand = f.get("workload_key", ""), f.get("candidate", "")
@@ -299,11 +305,7 @@ def each_record(store: RecordStore, archive: Archive | None,
     if archive is None or not rest:
         return
     _drain_for_reading(store, archive)
-    by_key: dict[str | None, set[str]] = {}
-    for wk in rest:
-        task = store.get_workload(wk)
-        by_key.setdefault(task.device_key if task else None, set()).add(wk)
-    for device_key, wks in by_key.items():
+    for device_key, wks in _by_device_key(store, list(rest)).items():
         for path, at, line in archive.lines(device_key):
             f = _fields(line)  # parsed only when its entry still waits for it
             wk, cand = f.get("workload_key", ""), f.get("candidate", "")
