@@ -117,9 +117,10 @@ def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
     yield remote, remote.cpu(0)
 
 
-def run_and_time(lib_path: Path, remote: RPCSession | None, dev: Device,
-                 inputs: list[np.ndarray], repeat: int,
-                 number: int) -> tuple[list[np.ndarray], float]:
+def _loaded(lib_path: Path, remote: RPCSession | None, dev: Device,
+            inputs: list[np.ndarray]) -> tuple[RuntimeModule, list[np.ndarray], float]:
+    """The model's VM on the device with its inputs set; its outputs; one run's seconds (with
+    the RPC round trip: an upper bound)."""
     import tvm
     from tvm import relax
 
@@ -134,14 +135,50 @@ def run_and_time(lib_path: Path, remote: RPCSession | None, dev: Device,
     vm.set_input("main", *args)
     t0 = time.perf_counter()
     vm.invoke_stateful("main")
-    once = time.perf_counter() - t0  # one run, with the RPC round trip: an upper bound
-    outputs = _flatten(vm.get_outputs("main"))
-    if once * number * repeat > TIMING_BUDGET_S:  # a big model: fewer runs, or the phone's
-        number, repeat = 1, max(3, min(repeat, int(TIMING_BUDGET_S / once)))  # session expires
+    once = time.perf_counter() - t0
+    return vm, _flatten(vm.get_outputs("main")), once
+
+
+def _runs(once: float, repeat: int, number: int) -> tuple[int, int]:
+    """(number, repeat) within TIMING_BUDGET_S: a big model gets fewer runs, or the phone's
+    session expires."""
+    if once * number * repeat > TIMING_BUDGET_S:
+        return 1, max(3, min(repeat, int(TIMING_BUDGET_S / once)))
+    return number, repeat
+
+
+def run_and_time(lib_path: Path, remote: RPCSession | None, dev: Device,
+                 inputs: list[np.ndarray], repeat: int,
+                 number: int) -> tuple[list[np.ndarray], float]:
+    """One library's outputs and its median run time (us)."""
+    vm, outputs, once = _loaded(lib_path, remote, dev, inputs)
+    number, repeat = _runs(once, repeat, number)
     timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat,
                               min_repeat_ms=50)
-    res = timer("main")
-    return outputs, statistics.median(list(res.results)) * 1e6
+    return outputs, statistics.median(list(timer("main").results)) * 1e6
+
+
+SIDE_BY_SIDE_TURNS = 5  # the libraries take turns this many times while they are timed
+
+
+def time_side_by_side(libs: list[Path], remote: RPCSession | None, dev: Device,
+                      inputs: list[np.ndarray], repeat: int,
+                      number: int) -> list[tuple[list[np.ndarray], float]]:
+    """Each library's outputs and median run time (us), timed taking turns (a few repeats of
+    one, then of the next, ...), so that a phone or machine busy for a while slows them all
+    alike rather than whichever was timed then."""
+    loaded = [_loaded(lib, remote, dev, inputs) for lib in libs]
+    number, repeat = _runs(max(once for _, _, once in loaded), repeat, number)
+    turns = max(1, min(SIDE_BY_SIDE_TURNS, repeat))
+    each = -(-repeat // turns)
+    timers = [vm.time_evaluator("invoke_stateful", dev, number=number, repeat=each,
+                                min_repeat_ms=50) for vm, _, _ in loaded]
+    samples: list[list[float]] = [[] for _ in libs]
+    for _ in range(turns):
+        for timer, got in zip(timers, samples, strict=True):
+            got.extend(timer("main").results)
+    return [(outputs, statistics.median(got) * 1e6)
+            for (_, outputs, _), got in zip(loaded, samples, strict=True)]
 
 
 def matches(outs: list[np.ndarray], expected: list[np.ndarray], rtol: float,
@@ -213,9 +250,8 @@ def compile_and_check(check: ModelCheck) -> CompileResult:
         raise CompileError(f"cannot export the library (is the compiler installed?): {e}",
                            subject=str(lib)) from e
     with device_session(check.tracker, check.device_key) as (remote, dev):
-        times = (check.repeat, check.number)
-        outs, tuned_us = run_and_time(lib, remote, dev, check.inputs, *times)
-        untuned_outs, untuned_us = run_and_time(untuned_lib, remote, dev, check.inputs, *times)
+        (outs, tuned_us), (untuned_outs, untuned_us) = time_side_by_side(
+            [lib, untuned_lib], remote, dev, check.inputs, check.repeat, check.number)
     untuned_lib.unlink(missing_ok=True)
     if len(outs) != len(check.expected):
         raise CompileError(f"the model returns {len(outs)} outputs, torch {len(check.expected)}",
