@@ -69,6 +69,9 @@ class FarmConfig:
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
+    # 1: a round searches and builds its next batch while the phones measure the last one
+    # (workers/round/pipeline.py); 0: one after the other, as MetaSchedule's tune_tir does
+    search_ahead: int = 1
     # a workload the store has never measured measures first up to this many of its
     # relatives' best schedules, replayed on it (workers/round/transfer.py); 0 (default): never.
     # Off by default: TVM's evolutionary search then crashed on some seeded rounds
@@ -130,6 +133,8 @@ class FarmConfig:
             raise bad("transfer_seeds", "must be >= 0 (0: never)")
         if self.round_handoff not in (0, 1):
             raise bad("round_handoff", "must be 1 (hand off) or 0 (never)")
+        if self.search_ahead not in (0, 1):
+            raise bad("search_ahead", "must be 1 (search during measuring) or 0 (one after the other)")
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
                      "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
                      "phone_aside_s", "archive_retention_days"):
@@ -257,6 +262,7 @@ _ENV = {
     "search_cores": "FARM_SEARCH_CORES",
     "search_population": "FARM_SEARCH_POPULATION",
     "round_handoff": "FARM_ROUND_HANDOFF",
+    "search_ahead": "FARM_SEARCH_AHEAD",
     "transfer_seeds": "FARM_TRANSFER_SEEDS",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",

@@ -39,13 +39,10 @@ def test_a_candidate_that_keeps_losing_phones_is_stored_as_the_culprit():
     counters = RoundCounters()
     tuned = TunedWorkload("wk", Workload(mod), tvm.target.Target({"kind": "llvm"}))
     cb = StoreCallback(store, tuned, Provenance("j", "here"), counters)
-    from tvm.s_tir.meta_schedule import TaskScheduler
-
-    sched = TaskScheduler.create("round-robin")
     for _ in range(CULPRIT_AFTER - 1):  # retried: not stored, it may have been the phone's fault
-        cb.apply(sched, 0, [cand], [built], [lost])
+        cb([cand], [built], [lost])
     assert store.record_count("wk") == 0 and counters.device_lost == CULPRIT_AFTER - 1
-    cb.apply(sched, 0, [cand], [built], [lost])  # once more: this candidate is the culprit
+    cb([cand], [built], [lost])  # once more: this candidate is the culprit
     [rec] = store.records("wk")
     assert rec.error_class == "culprit" and not rec.valid
     assert f"lost a phone {CULPRIT_AFTER} times" in rec.error_msg

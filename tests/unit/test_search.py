@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 
 from farm.store import open_store
@@ -25,11 +23,11 @@ BUILDER: dict = {}  # one warm build process for both runs (a fresh pool costs ~
 class CountingInner:
     """TVM's EvolutionarySearch, counting what it is asked."""
 
-    def __init__(self):
+    def __init__(self, spy=None):
         from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
         self.real = SearchStrategy.create("evolutionary")
-        self.batches, self.max_trials = 0, None
+        self.batches, self.max_trials, self.spy = 0, None, spy
 
     def _initialize_with_tune_context(self, context):
         self.real._initialize_with_tune_context(context)
@@ -44,9 +42,13 @@ class CountingInner:
     def generate_measure_candidates(self):
         cands = self.real.generate_measure_candidates()
         self.batches += cands is not None
+        if self.spy is not None and cands is not None:
+            self.spy.events.append("gen")
         return cands
 
     def notify_runner_results(self, cands, results):
+        if self.spy is not None:
+            self.spy.events.append("tell")
         self.real.notify_runner_results(cands, results)
 
     def clone(self):
@@ -54,25 +56,49 @@ class CountingInner:
 
 
 
-def tune(store, wk, mod, target, trials, job, cold=False, inner=None):
+class Spy:
+    """The order of a loop's events: the search asked for a batch ("gen"), a batch sent to
+    the runner ("run"), a batch's results told to the search ("tell")."""
+
+    def __init__(self):
+        self.events = []
+
+
+class SpyRunner:
+    """MetaSchedule's LocalRunner, noting when a batch is sent."""
+
+    def __init__(self, spy):
+        from tvm.s_tir.meta_schedule.runner import LocalRunner
+
+        self.spy, self.real = spy, LocalRunner()
+
+    def run(self, inputs):
+        self.spy.events.append("run")
+        return self.real.run(inputs)
+
+
+def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True, spy=None):
+    """A round's loop (workers/round/pipeline.py) on this CPU: the search `ahead` or not."""
     from tvm.s_tir import meta_schedule as ms
 
     from workers.round.builder import WarmBuilder
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.database import StoreDatabase
+    from workers.round.pipeline import Loop
     from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     database = StoreDatabase(store, wk, mod)
     tuned = TunedWorkload(wk, database.workload, target)
     search = StoreAwareSearch(store, tuned, SearchPlan(cold=cold), inner=inner)
     counters = RoundCounters()
-    with tempfile.TemporaryDirectory() as work_dir, tvm_children_without_torch():
-        ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
-                    num_trials_per_iter=8, builder=BUILDER.setdefault("b", WarmBuilder(1, 60, 64)),
-                    runner=ms.runner.LocalRunner(), database=database, cost_model="random",
-                    strategy=search, num_tuning_cores=1, task_scheduler="round-robin",
-                    measure_callbacks=[StoreCallback(store, tuned, Provenance(job, "here"),
-                                                     counters)], seed=7)
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy=search, task_name="main", rand_state=7, num_threads=1)
+    runner = SpyRunner(spy) if spy is not None else ms.runner.LocalRunner()
+    with tvm_children_without_torch():
+        builder = BUILDER.setdefault("b", WarmBuilder(1, 60, 64))
+    loop = Loop(ctx, builder, runner, ms.CostModel.create("random"),
+                StoreCallback(store, tuned, Provenance(job, "here"), counters), ahead=ahead)
+    loop.run(max_trials=trials, per_batch=8, database=database)
     return counters, search
 
 
@@ -103,6 +129,27 @@ def test_stored_candidates_are_not_measured_again_and_a_cold_workload_starts_at_
     # the store's own count of phone measurements: none was of a stored candidate
     assert store.job_counts("j1")["wk"]["duplicates"] == 0
     assert store.job_counts("j2")["wk"]["duplicates"] == 0
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_the_next_batch_is_searched_while_the_last_is_measured_and_results_told_in_order(ahead):
+    """With the search ahead, batch k+1 is proposed (and built) before batch k's results are
+    told, and every batch's results are told in the order the batches went out; without it,
+    MetaSchedule's own order. Either way each candidate is measured once."""
+    import tvm
+
+    store = open_store("memory://")
+    mod = matmul_mod(32)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    spy = Spy()
+    inner = CountingInner(spy)
+    counters, _ = tune(store, "wk", mod, target, 24, "j", inner=inner, ahead=ahead, spy=spy)
+    if ahead:
+        assert spy.events == ["gen", "run", "gen", "tell", "run", "gen", "tell", "run", "tell"]
+    else:
+        assert spy.events == ["gen", "run", "tell"] * 3
+    assert counters.new == store.record_count("wk") == 24 and counters.duplicates == 0
+    assert store.job_counts("j")["wk"]["duplicates"] == 0
 
 
 class FakeInner:

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tvm import __version__ as TVM_VERSION
-from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from farm.core.failures import brief
 from farm.store import RecordStore, StoredRecord, candidate_hash
@@ -30,7 +28,6 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,7 @@ class RoundCounters:
     errors: dict[str, str] = field(default_factory=dict)  # class -> its first message, brief
     best_us: float | None = None
     last_device_error: str = ""
-    store_error: Exception | None = None  # the store failed mid-round (re-raised after tune_tir)
+    store_error: Exception | None = None  # the store failed mid-round (re-raised after the loop)
     measure_s: float = 0.0  # batch sent to the phones -> all its results back, summed
     batches: int = 0
 
@@ -76,13 +73,14 @@ def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, l
     return None, "", run_secs
 
 
-@derived_object
-class StoreCallback(PyMeasureCallback):
+class StoreCallback:
+    """The store's side of a measured batch (workers/round/pipeline.py tells it each batch):
+    every candidate's record committed, classified, counted; which phone measured what."""
+
     def __init__(self, store: RecordStore, tuned: TunedWorkload, provenance: Provenance,
                  counters: RoundCounters,
                  on_progress: Callable[[RoundCounters], None] | None = None,
                  runner: BoundedRPCRunner | None = None) -> None:
-        super().__init__()
         self.store = store
         self.tuned = tuned
         self.workload_key = tuned.key
@@ -129,12 +127,12 @@ class StoreCallback(PyMeasureCallback):
             self.counters.store_error = e
             raise
 
-    def apply(self, task_scheduler: TaskScheduler, task_id: int,
-              measure_candidates: list[MeasureCandidate], builder_results: list[BuilderResult],
-              runner_results: list[RunnerResult]) -> None:
+    def __call__(self, measure_candidates: list[MeasureCandidate],
+                 builder_results: list[BuilderResult], runner_results: list[RunnerResult]) -> None:
         c = self.counters
-        if self.runner is not None and self.runner.started:
-            c.measure_s += time.monotonic() - self.runner.started
+        if self.runner is not None and self.runner.started:  # the batch's time on the phones
+            ended = self.runner.ended if self.runner.ended > self.runner.started else None
+            c.measure_s += (ended or time.monotonic()) - self.runner.started
         outcomes = [outcome(built, ran) for built, ran in zip(builder_results, runner_results,
                                                               strict=True)]
         self._note_phones(builder_results, [o[0] or "ok" for o in outcomes])
@@ -173,6 +171,6 @@ class StoreCallback(PyMeasureCallback):
         if self.on_progress is not None:
             try:
                 self.on_progress(c)
-            except Exception as e:  # the round's fence said stop: surface it after tune_tir
+            except Exception as e:  # the round's fence said stop: surface it after the loop
                 c.store_error = e
                 raise

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from workers.round.search import RoundFacts, StoreAwareSearch
 
 log = logging.getLogger(__name__)
+# MetaSchedule's own log of a round (a line per trial at INFO): warnings only
+TVM_LOG = logging.getLogger("tunefarm.metaschedule")
+TVM_LOG.setLevel(logging.WARNING)
 BATCH = 16  # candidates per build/measure batch inside a round
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
 ENDED = ("cancelled", "finalized", "failed")
@@ -218,10 +221,12 @@ def _leased(rnd: Round) -> RoundResult:
 def _tune(rnd: Round) -> RoundResult:
     import tvm
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import fork_seed
 
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.costmodel import round_model
     from workers.round.database import StoreDatabase
+    from workers.round.pipeline import Loop
     from workers.round.search import RoundFacts, TunedWorkload, round_search
 
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
@@ -249,20 +254,19 @@ def _tune(rnd: Round) -> RoundResult:
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     _log_start(rnd, facts, search, phones, threads)
-    try:
-        ms.tune_tir(
-            mod, target, work_dir=work_dir, max_trials_global=2 * trials,  # search stops at `trials` new
-            num_trials_per_iter=min(BATCH, trials),
-            builder=ctx.builder(profile), runner=runner,
-            database=database, cost_model=cost_model if cost_model is not None else "xgb",
-            measure_callbacks=[callback, ms.measure_callback.RemoveBuildArtifact(),
-                               ms.measure_callback.UpdateCostModel()],
-            task_scheduler="round-robin", num_tuning_cores=threads, strategy=search,
-            seed=zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF,
-        )
+    seed = fork_seed(zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF, n=1)[0]
+    tune_ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                              search_strategy=search, task_name=task.name, rand_state=seed,
+                              num_threads=threads, logger=TVM_LOG)
+    model = cost_model if cost_model is not None else ms.CostModel.create(
+        "xgb", num_tuning_cores=threads, tree_method="auto")
+    loop = Loop(tune_ctx, ctx.builder(profile), runner, model, callback,
+                ahead=bool(ctx.config.search_ahead))
+    try:  # the search stops at `trials` new; stored proposals use up some of its trials
+        loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=database)
     except Exception as e:
-        if counters.store_error is not None:  # surface the store's own error, not TVM's wrapper
-            raise counters.store_error from e
+        if counters.store_error is not None and counters.store_error is not e:
+            raise counters.store_error from e  # the store's own error, not what it caused
         raise
     finally:
         runner.set_reference(None)

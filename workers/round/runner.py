@@ -73,6 +73,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.f_alloc_argument = alloc_on_phone  # filled on the host: farm/devices/evaluate.py
         self.reference: str | None = None
         self.started = 0.0  # monotonic time the last batch went to the phones
+        self.ended = 0.0  # ... and its last measurement returned
 
     def _sanity_check(self) -> None:
         """TVM's RPCRunner starts a process at construction (~2.5 s of CPU importing TVM) to
@@ -91,11 +92,15 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         # bound to this batch: its calls wait for older batches, count once granted a phone
         # (in the process that asks) and, all returned, let the younger ones go
         self.pool.before = functools.partial(self.turns.wait, ticket)
-        self.pool.after = functools.partial(self.turns.returned, ticket)
+        self.pool.after = functools.partial(self._returned, ticket)
         self.f_create_session = functools.partial(self._create_session, ticket=ticket)
         config: RPCConfig = self.rpc_config  # type: ignore[has-type]
         self.rpc_config = config._replace(session_priority=self.turns.priority)
         return super().run(runner_inputs)
+
+    def _returned(self, ticket: str) -> None:
+        self.ended = time.monotonic()
+        self.turns.returned(ticket)
 
 
 def _remove(path: str) -> None:

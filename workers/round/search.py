@@ -53,8 +53,9 @@ from farm.core.config import FarmConfig
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
-from farm.store.store import FAILED_RUN_SECS, Entry
+from farm.store.store import FAILED_RUN_SECS
 from workers.round.database import tuning_record
+from workers.round.inflight import InFlight, Proposed
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
@@ -81,9 +82,6 @@ class TunedWorkload:
         return record_of(cand, self.workload, self.target, run_secs)
 
 
-# a batch of the search: its candidates, those stored (index -> record), its twins (index -> the
-# earlier index) and the indices measured
-Batch = tuple[list[MeasureCandidate], dict[int, Entry], dict[int, int], list[int]]
 # the first candidates of a new workload, made from the round's TuneContext (transfer.py)
 Seeds = Callable[[TuneContext], list[MeasureCandidate]]
 
@@ -121,15 +119,6 @@ class RoundFacts:
     single: bool = False
     learned: int = 0
     ranked_by: str = ""
-
-
-UNMEASURED = RunnerResult(run_secs=None, error_msg="not measured: the round had its trials")
-
-
-def stored_result(rec: StoredRecord | Entry) -> RunnerResult:
-    if rec.valid:
-        return RunnerResult(run_secs=[float(rec.run_us) * 1e-6], error_msg=None)  # type: ignore[arg-type]
-    return RunnerResult(run_secs=None, error_msg=f"stored {rec.error_class}: not measured again")
 
 
 def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
@@ -178,19 +167,18 @@ class StoreAwareSearch(PySearchStrategy):
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0, "fresh": 0}
         self.want, self.stop, self.tvm_version = plan.want, plan.stop, plan.tvm_version
-        self._batch: Batch | None = None
+        # proposed batches waiting for their results (up to two: the search runs one ahead)
+        self.flights = InFlight()
         self.cold = plan.cold
         # the random first batch of a cold workload; dropped once its results are in
         self.first = SearchStrategy.create("replay-trace") if plan.cold else None
-        self._from_first = False
+        self._first_out = False  # it proposed its batch: the next come from the evolutionary one
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
         self.verify = list(plan.verify)  # measured first, then dropped
-        self._own_batch = False  # the batch is verify records or seeds: not the search's
         self.seed = plan.seed  # used once
         self.context: TuneContext | None = None
         # TVM's default schedule still to measure with the first batch (once per workload)
         self.baseline = plan.baseline
-        self._lead = 0  # candidates ahead of the search's in the batch (the default schedule)
 
     def _initialize_with_tune_context(self, context: TuneContext) -> None:
         self.context = context
@@ -224,43 +212,53 @@ class StoreAwareSearch(PySearchStrategy):
             self.first.post_tuning()
             self.first = None
 
-    def _propose(self) -> list[MeasureCandidate] | None:
-        if self.first is not None:
+    def _propose(self) -> tuple[list[MeasureCandidate] | None, bool]:
+        """The next batch of the search, and whether it is the random first batch."""
+        if self.first is not None and not self._first_out:
             cands = self.first.generate_measure_candidates()
             if cands is not None:
-                self._from_first = True
-                return cands
+                self._first_out = True
+                return cands, True
             self._end_first()
-        self._from_first = False
-        return self.inner.generate_measure_candidates() if self._inner_active else None
+        return (self.inner.generate_measure_candidates() if self._inner_active else None), False
 
-    def _tell(self, cands: list[MeasureCandidate], results: list[RunnerResult]) -> None:
-        if self._from_first and self.first is not None:
+    def _tell(self, cands: list[MeasureCandidate], results: list[RunnerResult],
+              first: bool) -> None:
+        if first and self.first is not None:
             self.first.notify_runner_results(cands, results)
             self._end_first()
-        else:
+        elif not first:
             self.inner.notify_runner_results(cands, results)
 
-    def _sort(self, cands: list[MeasureCandidate]) -> tuple[dict[int, Entry],
-                                                             dict[int, int]]:
-        """The batch's stored candidates (index -> its entry), and its twins: a candidate the
-        same batch proposed earlier (index -> the earlier index). A random batch of a small
-        design space often holds the same schedule twice; it is measured once. A stored
+    def _sort(self, cands: list[MeasureCandidate], first: bool) -> Proposed:
+        """The batch sorted: its stored candidates (their entries), its twins (a candidate the
+        same batch proposed earlier: a random batch of a small design space often holds the
+        same schedule twice), those a batch in flight measures; the rest is fresh. A stored
         record the farm does not trust is not known: it is measured again. (Its entry says:
         its whole record may be in the archive.)"""
-        known: dict[int, Entry] = {}
-        twins: dict[int, int] = {}
-        first: dict[str, int] = {}
+        batch = Proposed(cands, first=first)
+        seen: dict[str, int] = {}
         for i, cand in enumerate(cands):
             h = candidate_hash(self.tuned.record(cand))
-            if h in first:
-                twins[i] = first[h]
+            if h in seen:
+                batch.twins[i] = seen[h]
                 continue
-            first[h] = i
+            seen[h] = i
             entry = self.store.entry(self.tuned.key, h)
             if entry is not None and entry.trusted(self.tvm_version):
-                known[i] = entry
-        return known, twins
+                batch.known[i] = entry
+            elif self.flights.flying(h):
+                batch.ahead[i] = h
+            else:
+                batch.fresh.append(i)
+                batch.hashes[i] = h
+        return batch
+
+    def _own(self, cands: list[MeasureCandidate]) -> list[MeasureCandidate]:
+        """A batch that is not the search's (imported records, seeds), sent as it is."""
+        self.flights.add(Proposed(cands, fresh=list(range(len(cands))), own=True, hashes={
+            i: candidate_hash(self.tuned.record(c)) for i, c in enumerate(cands)}))
+        return cands
 
     def _seed_batch(self, make: Seeds, left: int) -> list[MeasureCandidate]:
         """The seeds (once): those the store does not hold, each once, at most `left`."""
@@ -297,9 +295,7 @@ class StoreAwareSearch(PySearchStrategy):
             if cands:
                 log.info("workload %s: measuring %d imported or other-TVM records first",
                          self.tuned.key, len(cands))
-                self._own_batch = True
-                self._batch = (cands, {}, {}, list(range(len(cands))))
-                return cands
+                return self._own(cands)
         left = self.want - self.counts["fresh"] if self.want else 1
         if left <= 0:
             return None  # the round measured what it was asked for
@@ -307,32 +303,29 @@ class StoreAwareSearch(PySearchStrategy):
         if seeded:
             self.counts["fresh"] += len(seeded)
             self.counts["seeded"] = len(seeded)
-            self._own_batch = True
             if self._inner_active:  # the evolutionary search starts from them, not at random
                 self._end_first()
-            self._batch = (seeded, {}, {}, list(range(len(seeded))))
-            return seeded
+            return self._own(seeded)
         if self.stop is not None and self.counts["fresh"] and self.stop():  # after the first
             self.counts["handed_off"] = 1
             return None
         for _ in range(MAX_KNOWN_BATCHES):
-            proposed = self._propose()
+            proposed, first = self._propose()
             if proposed is None:
                 return None
-            cands = list(proposed)
-            known, twins = self._sort(cands)
-            self.counts["skipped"] += len(known) + len(twins)
-            fresh = [i for i in range(len(cands)) if i not in known and i not in twins]
+            batch = self._sort(list(proposed), first)
+            self.counts["skipped"] += len(batch.known) + len(batch.twins) + len(batch.ahead)
             if self.want:
-                fresh = fresh[:left]  # the rest of the batch is told as not measured
-            if fresh:
+                batch.fresh = batch.fresh[:left]  # the rest of the batch is told as not measured
+            if batch.fresh:
                 lead = self._baseline()
                 if self.want and lead:
-                    fresh = fresh[:left - len(lead)]
-                self.counts["fresh"] += len(fresh) + len(lead)
-                self._batch, self._lead = (cands, known, twins, fresh), len(lead)
-                return lead + [cands[i] for i in fresh]
-            self._tell(cands, [stored_result(known[twins.get(i, i)]) for i in range(len(cands))])
+                    batch.fresh = batch.fresh[:left - len(lead)]
+                batch.lead = len(lead)
+                self.counts["fresh"] += len(batch.fresh) + len(lead)
+                self.flights.add(batch)
+                return lead + [batch.cands[i] for i in batch.fresh]
+            self._tell(batch.cands, self.flights.results(batch, []), first)
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
                  "ending the round", self.tuned.key, MAX_KNOWN_BATCHES)
         return None
@@ -354,19 +347,10 @@ class StoreAwareSearch(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates: list[MeasureCandidate],
                               results: list[RunnerResult]) -> None:
-        assert self._batch is not None, "notify_runner_results without a batch"
-        cands, known, twins, fresh = self._batch
-        self._batch = None
-        if self._own_batch:  # the search did not propose these; their records are committed
-            self._own_batch = False
-            return
-        results, self._lead = results[self._lead:], 0  # the default schedule: not the search's
-        measured = dict(zip(fresh, results, strict=True))
-        full = []
-        for i in range(len(cands)):
-            j = twins.get(i, i)  # a twin gets the result of the one measured
-            full.append(stored_result(known[j]) if j in known else measured.get(j, UNMEASURED))
-        self._tell(cands, full)
+        batch = self.flights.pop()
+        full = self.flights.results(batch, list(results)[batch.lead:])  # lead: not the search's
+        if not batch.own:  # the search did not propose an own batch: nothing to tell it
+            self._tell(batch.cands, full, batch.first)
 
     def clone(self) -> StoreAwareSearch:
         """A twin sharing the counts, with what is left of the plan."""

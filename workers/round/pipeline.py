@@ -1,0 +1,149 @@
+"""A round's tuning loop: search, build and measure one workload, the search a batch ahead.
+
+MetaSchedule's task scheduler (what `tune_tir` runs) takes one task's batches strictly one
+after another: search and build batch k, measure it, tell its results, then search batch k+1.
+A round tunes one workload, so its phones waited while its host searched and built, and its
+host idled while the phones measured: with 8 phones a batch is measured faster than the host
+searches the next one. Here batch k+1 is searched and built while batch k is on the phones
+(`ahead`); batch k's results are then told in order, oldest first: to the search
+(notify_runner_results), to the store (the round's StoreCallback), to the cost model (as
+MetaSchedule's UpdateCostModel does) and its build artifacts removed.
+
+What that costs: the search of batch k+1 has not seen batch k's results (its cost model is a
+batch older; MetaSchedule's evolutionary search keeps its own picks apart, so it proposes
+nothing twice, and workers/round/inflight.py measures a candidate two batches both hold once).
+`ahead=False` is the old order, tune_tir's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
+from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+
+from farm.core.aliases import MeasureCandidate, Target, TuneContext, TVMDatabase
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.builder import Builder
+    from tvm.s_tir.meta_schedule.cost_model import CostModel
+    from tvm.s_tir.meta_schedule.runner import Runner, RunnerFuture
+
+log = logging.getLogger(__name__)
+# told each measured batch: its candidates, build results and run results (the store's callback)
+OnResults = Callable[[list[MeasureCandidate], list[BuilderResult], list[RunnerResult]], None]
+
+
+@dataclass
+class Flight:
+    """A batch on the phones: its candidates, their builds and the runner's futures (a build
+    that failed has a future of its error, as MetaSchedule's SendToRunner makes)."""
+
+    cands: list[MeasureCandidate]
+    built: list[BuilderResult]
+    futures: list[Callable[[], RunnerResult]]
+
+    def results(self) -> list[RunnerResult]:
+        return [f() for f in self.futures]
+
+
+def device_type(target: Target) -> str:
+    """The runner's device type of a target ("cpu", "opencl", ...)."""
+    import tvm
+
+    return str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+
+
+@dataclass
+class Loop:
+    """One round's loop over its workload's batches (`ctx`: the round's TuneContext, its
+    search strategy the round's; `on_results`: the store's side of a measured batch)."""
+
+    ctx: TuneContext
+    builder: Builder
+    runner: Runner
+    cost_model: CostModel | None
+    on_results: OnResults
+    ahead: bool = True
+    batches: int = 0  # batches measured
+
+    def run(self, max_trials: int, per_batch: int, database: TVMDatabase) -> None:
+        """Batches until the search proposes no more or `max_trials` candidates were sent."""
+        spaces = self.ctx.generate_design_space()
+        self.ctx.pre_tuning(max_trials=max_trials, num_trials_per_iter=per_batch,
+                            design_spaces=spaces, database=database, cost_model=self.cost_model)
+        flight: Flight | None = None
+        sent = 0
+        try:
+            while True:
+                cands = self.ctx.generate_measure_candidates() if sent < max_trials else None
+                built = self._build(cands) if cands else None
+                if flight is not None:  # the batch on the phones while that was searched
+                    self._join(flight)
+                    flight = None
+                if not cands or built is None:
+                    break
+                flight = self._send(list(cands), built)
+                sent += len(cands)
+                if not self.ahead:
+                    self._join(flight)
+                    flight = None
+        except BaseException:
+            if flight is not None:  # its artifacts; its phones' turn ends with the round
+                _remove([b for b in flight.built])
+            raise
+        self.ctx.post_tuning()
+
+    def _build(self, cands: list[MeasureCandidate]) -> list[BuilderResult]:
+        target = self.ctx.target
+        return list(self.builder.build([BuilderInput(c.sch.mod, target) for c in cands]))
+
+    def _send(self, cands: list[MeasureCandidate], built: list[BuilderResult]) -> Flight:
+        """The batch's built candidates to the runner (MetaSchedule's SendToRunner)."""
+        dev = device_type(self.ctx.target)
+        ok = [(c, b) for c, b in zip(cands, built, strict=True) if b.error_msg is None]
+        futures: list[RunnerFuture] = list(self.runner.run(
+            [RunnerInput(str(b.artifact_path), dev, c.args_info) for c, b in ok])) if ok else []
+        it = iter(futures)
+        calls: list[Callable[[], RunnerResult]] = []
+        for b in built:
+            calls.append(next(it).result if b.error_msg is None
+                         else functools.partial(RunnerResult, None, str(b.error_msg)))
+        return Flight(cands, built, calls)
+
+    def _join(self, flight: Flight) -> None:
+        """The batch's results, told in order: search, store, cost model; artifacts removed."""
+        results = flight.results()
+        self.batches += 1
+        try:
+            self.ctx.notify_runner_results(flight.cands, results)
+            self.on_results(flight.cands, flight.built, results)
+        finally:
+            _remove(flight.built)
+        if self.cost_model is not None:
+            self._update_model(flight, results)
+
+    def _update_model(self, flight: Flight, results: list[RunnerResult]) -> None:
+        """MetaSchedule's UpdateCostModel: what was built and either failed on the phone or
+        ran a positive time."""
+        keep = [(c, r) for c, b, r in zip(flight.cands, flight.built, results, strict=True)
+                if b.error_msg is None and (r.error_msg is not None
+                                            or (r.run_secs and sum(float(s) for s in r.run_secs) > 0))]
+        if keep:
+            assert self.cost_model is not None
+            self.cost_model.update(self.ctx, [c for c, _ in keep], [r for _, r in keep])
+
+
+def _remove(built: list[BuilderResult]) -> None:
+    """The build directories of a batch (MetaSchedule's RemoveBuildArtifact)."""
+    for b in built:
+        if b.artifact_path is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(os.path.dirname(str(b.artifact_path)))
