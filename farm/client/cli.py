@@ -168,9 +168,17 @@ def _job_commands(sub: Commands) -> None:
     rp.set_defaults(func=cmd_report)
 
 
-def _lab_commands(sub: Commands) -> None:
+def _worker_command(sub: Commands) -> None:
     w = sub.add_parser("worker", help="run a worker host bound to one tracker")
-    w.add_argument("--tracker", required=True, help="HOST:PORT of this host's TVM RPC tracker")
+    w.add_argument("--tracker", help="HOST:PORT of this host's TVM RPC tracker (required "
+                                     "unless --helper)")
+    w.add_argument("--helper", action="store_true",
+                   help="a helper host: no tracker, no phones; it searches and builds rounds "
+                        "for phone hosts short of cores (their phones measure)")
+    w.add_argument("--borrow-search", choices=["auto", "always", "never"],
+                   help="lend rounds' search and builds to helper hosts: auto (when this host "
+                        "is short of cores for its phones; default), always, never "
+                        "($FARM_BORROW_SEARCH)")
     w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL; "
                                     "prefer it: a flag shows in `ps`)")
     w.add_argument("--redis", help="record store URL (default: the broker)")
@@ -184,6 +192,10 @@ def _lab_commands(sub: Commands) -> None:
     w.add_argument("--loglevel", default="INFO")
     w.add_argument("--pool", default="prefork", choices=["prefork", "solo"])
     w.set_defaults(func=cmd_worker)
+
+
+def _lab_commands(sub: Commands) -> None:
+    _worker_command(sub)
 
     t = sub.add_parser("tracker", help="run a TVM RPC tracker (the phones register here)")
     t.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")

@@ -25,8 +25,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = config_of(args, broker_url=args.broker, redis_url=args.redis,
                      worker_concurrency=args.concurrency, metrics_port=args.metrics_port,
-                     metrics_host=args.metrics_host)
+                     metrics_host=args.metrics_host, borrow_search=args.borrow_search)
     keys = [k for k in (args.keys or "").split(",") if k]
+    if args.helper:
+        if args.tracker or keys:
+            raise UsageError("a helper host has no tracker and no phones",
+                             subject="farm worker --helper",
+                             hint="leave out --tracker and --keys (or leave out --helper)")
+        from workers.host.main import run_helper
+
+        return run_helper(config, args.hostname, args.loglevel, args.pool)
+    if not args.tracker:
+        raise UsageError("a worker host needs its tracker", subject="farm worker",
+                         hint="pass --tracker HOST:PORT (the TVM RPC tracker its phones "
+                              "register with), or --helper for a host without phones")
     return run_worker(config, args.tracker, keys or None, args.hostname, args.loglevel, args.pool)
 
 

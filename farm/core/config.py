@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -72,6 +73,10 @@ class FarmConfig:
     # 1: a round searches and builds its next batch while the phones measure the last one
     # (workers/round/pipeline.py); 0: one after the other, as MetaSchedule's tune_tir does
     search_ahead: int = 1
+    # a round lends its search and builds to a helper host (`farm worker --helper`,
+    # workers/round/borrow.py): "auto" when this host is short of cores for its phones,
+    # "always" whenever a helper is alive, "never"
+    borrow_search: str = "auto"
     # a workload the store has never measured measures first up to this many of its
     # relatives' best schedules, replayed on it (workers/round/transfer.py); 0 (default): never.
     # Off by default: TVM's evolutionary search then crashed on some seeded rounds
@@ -123,18 +128,22 @@ class FarmConfig:
                 raise bad(name, "must be >= 1")
         if self.hot_records > 4096:  # the commit script reads the K entries in one call
             raise bad("hot_records", "must be at most 4096")
-        if self.worker_concurrency < 0:
-            raise bad("worker_concurrency", "must be >= 0 (0: automatic)")
+        for name, zero in (("worker_concurrency", "automatic"), ("search_cores", "automatic"),
+                           ("transfer_seeds", "never")):
+            if getattr(self, name) < 0:
+                raise bad(name, f"must be >= 0 (0: {zero})")
         if not 0 <= self.metrics_port < 65536:
             raise bad("metrics_port", "must be a port from 1 to 65535 (0: no metrics)")
-        if self.search_cores < 0:
-            raise bad("search_cores", "must be >= 0 (0: automatic)")
-        if self.transfer_seeds < 0:
-            raise bad("transfer_seeds", "must be >= 0 (0: never)")
-        if self.round_handoff not in (0, 1):
-            raise bad("round_handoff", "must be 1 (hand off) or 0 (never)")
-        if self.search_ahead not in (0, 1):
-            raise bad("search_ahead", "must be 1 (search during measuring) or 0 (one after the other)")
+        for name, what in (("round_handoff", "1 (hand off) or 0 (never)"),
+                           ("search_ahead", "1 (search while measuring) or 0 (one after another)")):
+            if getattr(self, name) not in (0, 1):
+                raise bad(name, f"must be {what}")
+        if self.borrow_search not in ("auto", "always", "never"):
+            raise bad("borrow_search", "must be auto, always or never")
+        self._check_seconds(bad)
+        return self._check_urls_and_home(sources, bad)
+
+    def _check_seconds(self, bad: Callable[[str, str], UsageError]) -> None:
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
                      "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
                      "phone_aside_s", "archive_retention_days"):
@@ -147,6 +156,9 @@ class FarmConfig:
                      "supervisor_interval_s", "phone_lost_window_s"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
+
+    def _check_urls_and_home(self, sources: dict[str, str] | None,
+                             bad: Callable[[str, str], UsageError]) -> FarmConfig:
         for name in ("broker_url", "redis_url"):
             url = getattr(self, name)
             if url is not None and (why := url_problem(url)):
@@ -263,6 +275,7 @@ _ENV = {
     "search_population": "FARM_SEARCH_POPULATION",
     "round_handoff": "FARM_ROUND_HANDOFF",
     "search_ahead": "FARM_SEARCH_AHEAD",
+    "borrow_search": "FARM_BORROW_SEARCH",
     "transfer_seeds": "FARM_TRANSFER_SEEDS",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
@@ -274,7 +287,8 @@ _ENV = {
 
 
 _KINDS = {"int": int, "float": float}
-_FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency": "--concurrency"}
+_FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency": "--concurrency",
+          "borrow_search": "--borrow-search"}
 
 
 def _kind(name: str) -> str:

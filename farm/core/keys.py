@@ -202,3 +202,11 @@ def job_phone_spans(job_id: str) -> str:
 def lease(wk: str) -> str:
     """String: the job tuning this workload now (expires, so a dead holder cannot block)."""
     return key_for("wl", wk, "lease")
+
+
+# --- a round's search lent to a helper host (farm/store/sessions.py) -------
+def search_session(sid: str, part: str) -> str:
+    """A search session's part: "owner" and "helper" (their beats, expiring), "closed" (why
+    it ended), "batches" and "results" (lists: built batches to the phone host, their
+    measurements back)."""
+    return key_for("search", sid, part)

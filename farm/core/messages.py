@@ -135,6 +135,7 @@ class RoundResult(_Message):
     ranked_by: str = ""  # what ranked its candidates first (own records, the key's model)
     single_schedule: bool = False  # the workload has exactly one possible schedule
     handed_off: bool = False  # ended early: the rest of its trials went to an idle host
+    searched_by: str = ""  # a helper host searched and built its batches (workers/round/borrow.py)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ from farm.core.urls import celery_broker
 from farm.store.broker import PRIORITY_STEPS, BrokerQueues
 
 ROUND_TASK = "tunefarm.round"
+# a round's search and builds lent to a helper host (workers/round/lend.py): its queue
+SEARCH_TASK = "tunefarm.search"
+SEARCH_QUEUE = "tune.search"
 
 
 def queue_for(device_key: str) -> str:

@@ -84,7 +84,7 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True
     from workers.round.builder import WarmBuilder
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.database import StoreDatabase
-    from workers.round.pipeline import Loop
+    from workers.round.pipeline import Loop, OnPhones
     from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     database = StoreDatabase(store, wk, mod)
@@ -96,7 +96,7 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True
     runner = SpyRunner(spy) if spy is not None else ms.runner.LocalRunner()
     with tvm_children_without_torch():
         builder = BUILDER.setdefault("b", WarmBuilder(1, 60, 64))
-    loop = Loop(ctx, builder, runner, ms.CostModel.create("random"),
+    loop = Loop(ctx, builder, OnPhones(runner), ms.CostModel.create("random"),
                 StoreCallback(store, tuned, Provenance(job, "here"), counters), ahead=ahead)
     loop.run(max_trials=trials, per_batch=8, database=database)
     return counters, search

@@ -21,7 +21,7 @@ from farm.core.errors import FarmError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.jobs import finalize as finalize_stage
 from farm.jobs.advance import continue_job
-from farm.jobs.dispatch import ROUND_TASK, make_app
+from farm.jobs.dispatch import ROUND_TASK, SEARCH_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
 from farm.store import RecordStore, StoreUnavailable, TaskState, configured_store
 from farm.store.store import updated
@@ -84,7 +84,8 @@ class RoundProcess:
         return self.ctx, self.store
 
     def _new_context(self) -> WorkerContext:
-        ctx = WorkerContext(config=self.config, tracker=self.tracker, host=self.node)
+        ctx = WorkerContext(config=self.config, tracker=self.tracker, host=self.node,
+                            app=self.app)
         if self.gate_dir:
             from workers.round.gate import Gate
 
@@ -103,9 +104,18 @@ def build_app(config: FarmConfig, tracker: str, node: str,
     def round_task(self: CeleryTask, payload: JsonDict) -> JsonDict:
         return tune_round(process, self, payload)
 
+    def search_task(payload: JsonDict) -> JsonDict:
+        from workers.round.lend import serve_session
+
+        ctx, store = process.context()
+        return serve_session(ctx, store, payload)
+
     # max_retries=None: a round waiting for another job's lease retries until the lease is free
     app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
              max_retries=None)(round_task)
+    # a lent round's search (helper hosts): its phone host searches the rest itself should the
+    # helper die, so a copy redelivered later finds its session closed and ends at once
+    app.task(name=SEARCH_TASK, acks_late=True, reject_on_worker_lost=True)(search_task)
     return app
 
 

@@ -68,11 +68,12 @@ class Heartbeat(threading.Thread):
         self.archive_seen = ("", "", -ARCHIVE_READ_S)  # (id, error, when read)
 
     def beat(self) -> None:
+        found: dict[str, tracker_mod.KeyInfo] = {}
         try:
-            found = tracker_mod.phones(self.tracker)
+            if self.tracker:  # a helper host has none
+                found = tracker_mod.phones(self.tracker)
         except ServiceError as e:
             log.warning("worker %s: tracker %s unreachable: %s", self.node, self.tracker, e)
-            found = {}
         phones = {k: {"total": v.total, "free": v.free, "busy": max(0, v.total - v.free)}
                   for k, v in found.items()}
         if self.follow:

@@ -87,6 +87,52 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     return 0
 
 
+def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = "INFO",
+               pool: str = "prefork") -> int:
+    """A helper host: no tracker, no phones; it takes the search and builds of rounds whose
+    phone hosts are short of cores (workers/round/lend.py). Rounds at once: its Celery
+    concurrency (default: its cores, at least 2: a lent round waits while the phones measure)."""
+    if not config.broker_url:
+        raise ServiceError("no broker configured", subject="farm worker --helper",
+                           hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
+    from farm.jobs.dispatch import SEARCH_QUEUE
+
+    store = configured_store(config)
+    store.ping()
+    name = hostname or default_name()
+    if hostname:
+        check_name_free(store, name, config.host_ttl_s)
+    if config.worker_concurrency == 0:
+        config = replace(config, worker_concurrency=max(2, usable_cores()))
+    from farm.jobs.supervisor import Supervisor
+    from workers.host.app import build_app
+    from workers.host.heartbeat import Heartbeat, WorkerHost
+
+    hide_torch()
+    if pool == "prefork":
+        _preload()
+    app = build_app(config, "", name)
+    log.info("helper %s: searching and building for phone hosts (%d at once)", name,
+             config.worker_concurrency)
+    beat = Heartbeat(app, store, WorkerHost(name, "", frozenset({SEARCH_QUEUE}), False), config)
+    beat.beat()
+    beat.start()
+    supervisor = Supervisor(app, store, open_broker(str(config.broker_url)), name,
+                            interval_s=config.supervisor_interval_s,
+                            grace_s=float(config.host_ttl_s))
+    supervisor.start()
+    argv = ["worker", "-Q", SEARCH_QUEUE, "-c", str(config.worker_concurrency), "-n", name,
+            "--loglevel", loglevel, "-E", "-P", pool, "--without-mingle", "--without-gossip"]
+    try:
+        app.worker_main(argv=argv)
+    finally:
+        supervisor.stop()
+        beat.stop()
+        beat.join(timeout=10)
+        store.close()
+    return 0
+
+
 def serve_metrics(config: FarmConfig, store: RecordStore, broker: BrokerQueues, name: str,
                   supervisor: Supervisor) -> str:
     """This host's /metrics (workers/host/metrics.py): the farm-wide series while its

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from farm.core.aliases import IRModule
+from farm.core.aliases import CeleryApp, IRModule
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
 from farm.core.profiles import DeviceProfile, resolve_profile
@@ -40,6 +40,7 @@ class WorkerContext:
     _broker: BrokerQueues | None = None  # the broker's queues, made on first use
     gate: Gate | None = None  # workers/round/gate.py: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
+    app: CeleryApp | None = None  # the worker's Celery app: a round lends its search with it
 
     def search_threads(self, profile: DeviceProfile) -> int:
         """Phones of their own: the cores / the keys served (a key's batches go to the phones

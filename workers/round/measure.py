@@ -11,7 +11,6 @@ import logging
 import shutil
 import tempfile
 import time
-import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -30,13 +29,13 @@ from workers.round.context import WorkerContext
 from workers.round.handoff import checker
 
 if TYPE_CHECKING:
-    from workers.round.callback import RoundCounters
-    from workers.round.search import RoundFacts, StoreAwareSearch
+    from workers.round.borrow import Lent
+    from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.database import StoreDatabase
+    from workers.round.runner import BoundedRPCRunner
+    from workers.round.search import RoundFacts, StoreAwareSearch, TunedWorkload
 
 log = logging.getLogger(__name__)
-# MetaSchedule's own log of a round (a line per trial at INFO): warnings only
-TVM_LOG = logging.getLogger("tunefarm.metaschedule")
-TVM_LOG.setLevel(logging.WARNING)
 BATCH = 16  # candidates per build/measure batch inside a round
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
 ENDED = ("cancelled", "finalized", "failed")
@@ -213,21 +212,38 @@ def _leased(rnd: Round) -> RoundResult:
         result = _tune(rnd)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
-    if ctx.gate is not None and not result.skipped:  # the host's time per batch, measured
+    # the host's time per batch, measured (a lent round's is the helper's, not measured here)
+    if ctx.gate is not None and not result.skipped and not result.searched_by:
         ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH))
     return result
 
 
+@dataclass
+class Tuning:
+    """A round's workload as it is tuned: its TIR and target, whether it has one possible
+    schedule, the trials, the store's view of it, the phones' runner and the store callback
+    (with the round's counters)."""
+
+    mod: IRModule
+    target: Target
+    single: bool
+    trials: int
+    database: StoreDatabase
+    tuned: TunedWorkload
+    runner: BoundedRPCRunner
+    callback: StoreCallback
+
+    @property
+    def counters(self) -> RoundCounters:
+        return self.callback.counters
+
+
 def _tune(rnd: Round) -> RoundResult:
     import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.utils import fork_seed
 
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.costmodel import round_model
     from workers.round.database import StoreDatabase
-    from workers.round.pipeline import Loop
-    from workers.round.search import RoundFacts, TunedWorkload, round_search
+    from workers.round.search import RoundFacts, TunedWorkload
 
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
     profile = ctx.profile(req.device_key)
@@ -236,43 +252,75 @@ def _tune(rnd: Round) -> RoundResult:
     intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
     target = tvm.target.Target(task.target)
     single = has_single_schedule(mod, target)
-    # one possible schedule: measure it once, never spin a search on it
-    trials = 1 if single else rnd.trials
     database = StoreDatabase(store, req.workload_key, mod)
     tuned = TunedWorkload(req.workload_key, database.workload, target)
-    threads = ctx.search_threads(profile)
-    cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
-        store, task, database.workload, target, threads)  # ranked_by "": the first batch
-    facts = RoundFacts(trials, single, learned, ranked_by)
-    search = round_search(store, task, tuned, facts, ctx.config, stop=checker(ctx, store, req))
-    counters, work_dir = RoundCounters(), tempfile.mkdtemp(prefix="farm-round-")
     runner = ctx.runner(profile, phones)
     # the runner: the batches' time on the phones, and which phone measured what
     callback = StoreCallback(store, tuned, Provenance(req.job_id, ctx.host, req.device_key,
                                                       task.name, req.round_id),
-                             counters, rnd.on_progress, runner)
+                             RoundCounters(), rnd.on_progress, runner)
+    # one possible schedule: measure it once, never spin a search on it
+    t = Tuning(mod, target, single, 1 if single else rnd.trials, database, tuned, runner,
+               callback)
+    work_dir = tempfile.mkdtemp(prefix="farm-round-")
     runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
-    _log_start(rnd, facts, search, phones, threads)
-    seed = fork_seed(zlib.crc32(req.round_id.encode()) & 0x7FFFFFFF, n=1)[0]
-    tune_ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                              search_strategy=search, task_name=task.name, rand_state=seed,
-                              num_threads=threads, logger=TVM_LOG)
-    model = cost_model if cost_model is not None else ms.CostModel.create(
-        "xgb", num_tuning_cores=threads, tree_method="auto")
-    loop = Loop(tune_ctx, ctx.builder(profile), runner, model, callback,
-                ahead=bool(ctx.config.search_ahead))
-    try:  # the search stops at `trials` new; stored proposals use up some of its trials
-        loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=database)
+    try:
+        lent = None if single else _borrowed(rnd, t, profile, phones)
+        if lent is not None and lent.complete:
+            return replace(_result(rnd, t.counters, lent.counts, RoundFacts(t.trials)),
+                           searched_by=lent.helper)
+        rest = t.trials - (lent.measured if lent is not None else 0)
+        result = _search_here(rnd, replace(t, trials=max(1, rest)), profile, phones)
+        return replace(result, requested=t.trials) if lent is not None else result
     except Exception as e:
-        if counters.store_error is not None and counters.store_error is not e:
-            raise counters.store_error from e  # the store's own error, not what it caused
+        if t.counters.store_error is not None and t.counters.store_error is not e:
+            raise t.counters.store_error from e  # the store's own error, not what it caused
         raise
     finally:
         runner.set_reference(None)
         runner.turns.end()  # a batch the round abandoned holds no other round's measurements
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _result(rnd, counters, search.counts, facts)
+
+
+def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
+    """The round's search and builds lent to a helper host (workers/round/borrow.py), when
+    this host is short of cores and a helper is alive; None: not lent."""
+    from workers.round.borrow import Borrowing, lend, wanted
+    from workers.round.pipeline import device_type
+
+    why = wanted(rnd.ctx, rnd.store, profile, phones)
+    if why is None:
+        return None
+    log.info("round %s of %s on %s: lending its search and builds to a helper (%s)",
+             rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host, why)
+    lent = lend(Borrowing(rnd, t.runner, t.callback, t.tuned, t.trials,
+                          stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.target))
+    if not lent.complete:
+        log.warning("round %s of %s on %s: %s; searching the rest of the round here",
+                    rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host, lent.why)
+    return lent
+
+
+def _search_here(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> RoundResult:
+    """The round's search and builds on this host, a batch ahead of its phones."""
+    from workers.round.costmodel import round_model
+    from workers.round.pipeline import OnPhones, Searcher
+    from workers.round.search import RoundFacts, round_search
+
+    ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
+    threads = ctx.search_threads(profile)
+    cost_model, learned, ranked_by = (None, 0, "") if t.single else round_model(
+        store, task, t.database.workload, t.target, threads)  # ranked_by "": the first batch
+    facts = RoundFacts(t.trials, t.single, learned, ranked_by)
+    search = round_search(store, task, t.tuned, facts, ctx.config, stop=checker(ctx, store, req))
+    _log_start(rnd, facts, search, phones, threads)
+    loop = Searcher(t.mod, t.target, search, threads, task.name, req.round_id).loop(
+        ctx.builder(profile), OnPhones(t.runner), cost_model, t.callback,
+        ahead=bool(ctx.config.search_ahead))
+    # the search stops at `trials` new; stored proposals use up some of its trials
+    loop.run(max_trials=2 * t.trials, per_batch=min(BATCH, t.trials), database=t.database)
+    return _result(rnd, t.counters, search.counts, facts)
 
 
 def _log_start(rnd: Round, facts: RoundFacts, search: StoreAwareSearch, phones: int,

@@ -22,21 +22,26 @@ import functools
 import logging
 import os
 import shutil
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
-from farm.core.aliases import MeasureCandidate, Target, TuneContext, TVMDatabase
+from farm.core.aliases import IRModule, MeasureCandidate, Target, TuneContext, TVMDatabase
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.builder import Builder
     from tvm.s_tir.meta_schedule.cost_model import CostModel
-    from tvm.s_tir.meta_schedule.runner import Runner, RunnerFuture
+    from tvm.s_tir.meta_schedule.runner import Runner
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
 log = logging.getLogger(__name__)
+# MetaSchedule's own log of a round (a line per trial at INFO): warnings only
+TVM_LOG = logging.getLogger("tunefarm.metaschedule")
+TVM_LOG.setLevel(logging.WARNING)
 # told each measured batch: its candidates, build results and run results (the store's callback)
 OnResults = Callable[[list[MeasureCandidate], list[BuilderResult], list[RunnerResult]], None]
 
@@ -54,6 +59,30 @@ class Flight:
         return [f() for f in self.futures]
 
 
+class Measure(Protocol):
+    """Where a batch is measured: `send` starts it and returns, per candidate, a call that
+    waits for its result."""
+
+    def send(self, cands: list[MeasureCandidate], built: list[BuilderResult],
+             device: str) -> list[Callable[[], RunnerResult]]: ...
+
+
+@dataclass
+class OnPhones:
+    """A batch measured by a TVM runner (this host's phones): MetaSchedule's SendToRunner, a
+    failed build's result its error."""
+
+    runner: Runner
+
+    def send(self, cands: list[MeasureCandidate], built: list[BuilderResult],
+             device: str) -> list[Callable[[], RunnerResult]]:
+        ok = [(c, b) for c, b in zip(cands, built, strict=True) if b.error_msg is None]
+        futures = iter(self.runner.run([RunnerInput(str(b.artifact_path), device, c.args_info)
+                                        for c, b in ok]) if ok else [])
+        return [next(futures).result if b.error_msg is None
+                else functools.partial(RunnerResult, None, str(b.error_msg)) for b in built]
+
+
 def device_type(target: Target) -> str:
     """The runner's device type of a target ("cpu", "opencl", ...)."""
     import tvm
@@ -68,7 +97,7 @@ class Loop:
 
     ctx: TuneContext
     builder: Builder
-    runner: Runner
+    measure: Measure
     cost_model: CostModel | None
     on_results: OnResults
     ahead: bool = True
@@ -106,17 +135,7 @@ class Loop:
         return list(self.builder.build([BuilderInput(c.sch.mod, target) for c in cands]))
 
     def _send(self, cands: list[MeasureCandidate], built: list[BuilderResult]) -> Flight:
-        """The batch's built candidates to the runner (MetaSchedule's SendToRunner)."""
-        dev = device_type(self.ctx.target)
-        ok = [(c, b) for c, b in zip(cands, built, strict=True) if b.error_msg is None]
-        futures: list[RunnerFuture] = list(self.runner.run(
-            [RunnerInput(str(b.artifact_path), dev, c.args_info) for c, b in ok])) if ok else []
-        it = iter(futures)
-        calls: list[Callable[[], RunnerResult]] = []
-        for b in built:
-            calls.append(next(it).result if b.error_msg is None
-                         else functools.partial(RunnerResult, None, str(b.error_msg)))
-        return Flight(cands, built, calls)
+        return Flight(cands, built, self.measure.send(cands, built, device_type(self.ctx.target)))
 
     def _join(self, flight: Flight) -> None:
         """The batch's results, told in order: search, store, cost model; artifacts removed."""
@@ -147,3 +166,30 @@ def _remove(built: list[BuilderResult]) -> None:
         if b.artifact_path is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(os.path.dirname(str(b.artifact_path)))
+
+
+@dataclass(frozen=True)
+class Searcher:
+    """What searches a round's workload: its TIR and target, the search strategy, the threads
+    of the search and cost model, and the round (its name and id, which seeds the search)."""
+
+    mod: IRModule
+    target: Target
+    search: SearchStrategy
+    threads: int
+    name: str
+    round_id: str
+
+    def loop(self, builder: Builder, measure: Measure, cost_model: CostModel | None,
+             on_results: OnResults, ahead: bool) -> Loop:
+        """The round's loop (no cost model: XGBoost's, untrained, as tune_tir makes it)."""
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.utils import fork_seed
+
+        seed = fork_seed(zlib.crc32(self.round_id.encode()) & 0x7FFFFFFF, n=1)[0]
+        ctx = ms.TuneContext(mod=self.mod, target=self.target, space_generator="post-order-apply",
+                             search_strategy=self.search, task_name=self.name, rand_state=seed,
+                             num_threads=self.threads, logger=TVM_LOG)
+        model = cost_model if cost_model is not None else ms.CostModel.create(
+            "xgb", num_tuning_cores=self.threads, tree_method="auto")
+        return Loop(ctx, builder, measure, model, on_results, ahead=ahead)

@@ -1,0 +1,198 @@
+"""A phone host's half of a lent round: a helper host searches and builds, the phones measure.
+
+A round on a host whose phones measure a batch faster than the host searches and builds one
+(8-16 phones on a small host) lends its search and builds to a helper host (`farm worker
+--helper`) when one is alive (`borrow_search`: "auto"; "always" whenever a helper is alive;
+"never"). The round stays this host's: its lease, fence, phones, records and result. It
+opens a search session (farm/store/sessions.py), sends the helper's task, and measures each
+built batch the helper pushes, committing the records as any round does, then pushes the
+results back (the helper: workers/round/lend.py).
+
+A helper's records are checked as stored traces are (farm/core/traces.py) before they are
+measured; its kernels run on the phones (phones hold no secrets; a helper is a host of the
+lab, with the broker's password). Phones emulated on this host's CPU never borrow: they
+share its cores, and the kernels would run on this host.
+
+If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
+machine gone), or it fails, the round searches the rest of its trials here: what the helper's
+batches measured is in the store, so nothing is measured twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tvm.s_tir.meta_schedule.builder import BuilderResult
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from farm.core.aliases import JsonDict, MeasureCandidate
+from farm.core.cores import usable_cores
+from farm.core.profiles import DeviceProfile
+from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
+from farm.store import RecordStore
+from farm.store.sessions import SearchSessions
+from workers.round.context import WorkerContext
+from workers.round.lend import BEAT_S, beating, results_blob, unpack
+from workers.round.pipeline import OnPhones
+
+if TYPE_CHECKING:
+    from workers.round.callback import StoreCallback
+    from workers.round.measure import Round
+    from workers.round.runner import BoundedRPCRunner
+    from workers.round.search import TunedWorkload
+
+log = logging.getLogger(__name__)
+CLAIM_S = 10.0  # how long a round waits for a helper to take its session
+
+
+def helpers(store: RecordStore) -> list[str]:
+    """The live helper hosts (their heartbeats say they consume the search queue)."""
+    return sorted(h.name for h in store.hosts() if SEARCH_QUEUE in h.queues)
+
+
+def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
+           phones: int) -> str | None:
+    """Why this round lends its search to a helper; None: it searches here."""
+    mode = ctx.config.borrow_search
+    if mode == "never" or profile.host_cpu or ctx.app is None:
+        return None
+    alive = helpers(store)
+    if not alive:
+        return None
+    if mode == "always":
+        return f"borrow_search = always; helpers {', '.join(alive)}"
+    host_s = ctx.gate.host_s() if ctx.gate is not None else None
+    if host_s is None:  # not measured yet: more phones than twice the cores is short of cores
+        if phones > 2 * usable_cores():
+            return f"{phones} phones on {usable_cores()} cores"
+        return None
+    from farm.devices import tracker as tracker_mod
+    from workers.round.gate import phone_speed
+    from workers.round.measure import BATCH
+
+    info = tracker_mod.phones(ctx.tracker).get(profile.key)
+    phone_s = phone_speed(store, profile.key, info.phones if info is not None else ()) or 0.0
+    per_batch = BATCH * phone_s / max(1, phones)
+    if host_s > per_batch > 0:
+        return f"this host needs {host_s:.1f} s a batch, its {phones} phones {per_batch:.1f} s"
+    return None
+
+
+@dataclass
+class Lent:
+    """How a lent round went: `complete` (the helper's search ended; else the rest of the
+    round searches here), the fresh candidates the phones measured, the search's counts."""
+
+    complete: bool
+    measured: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: {"skipped": 0, "fresh": 0})
+    helper: str = ""
+    why: str = ""
+
+
+@dataclass
+class Borrowing:
+    """What a lent round measures with: the round, its runner and store callback, the tuned
+    workload, the trials, and the hand-off check (asked before every batch after the first)."""
+
+    rnd: Round
+    runner: BoundedRPCRunner
+    callback: StoreCallback
+    tuned: TunedWorkload
+    trials: int
+    stop: Callable[[], bool] | None = None
+
+
+def lend(b: Borrowing, device: str) -> Lent:
+    """Open a session, have a helper take it, measure its batches until its search ends (or
+    the helper is lost, or the round hands off)."""
+    ctx, req = b.rnd.ctx, b.rnd.req
+    sessions = SearchSessions(str(ctx.config.store_url))
+    sid = f"{req.round_id}:{uuid.uuid4().hex[:8]}"
+    ttl_s = float(ctx.config.host_ttl_s) / 3
+    sessions.open(sid, ctx.host, ttl_s)
+    assert ctx.app is not None
+    ctx.app.send_task(SEARCH_TASK, args=[{"session": sid, "round": req.to_json(),
+                                          "trials": b.trials}],
+                      queue=SEARCH_QUEUE, task_id=sid)
+    work_dir = tempfile.mkdtemp(prefix="farm-lent-")
+    lent = Lent(complete=False)
+    try:
+        with beating(sessions, sid, "owner", ctx.host, ttl_s):
+            _measure(b, sessions, sid, device, work_dir, lent)
+    finally:
+        if sessions.closed(sid) is None:
+            sessions.close(sid, lent.why or "the round ended")
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return lent
+
+
+def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work_dir: str,
+             lent: Lent) -> None:
+    claim_by = time.monotonic() + CLAIM_S
+    index = 0
+    while True:
+        blob = sessions.pop(sid, "batches", BEAT_S)
+        if blob is None:
+            lent.helper = sessions.holder(sid, "helper") or lent.helper
+            if sessions.holder(sid, "helper") is None and (lent.helper or time.monotonic() > claim_by):
+                lent.why = (f"helper {lent.helper} stopped beating" if lent.helper
+                            else f"no helper took the search within {CLAIM_S:.0f} s")
+                return
+            continue
+        got = unpack(blob)
+        if got.get("end"):
+            lent.complete = not got.get("error")
+            lent.counts = {**lent.counts, **{k: int(v) for k, v in got["counts"].items()}}
+            lent.why = f"the helper's search failed: {got['error']}" if got.get("error") else ""
+            return
+        if index and b.stop is not None and b.stop():
+            lent.complete, lent.why = True, "handed off"
+            lent.counts["handed_off"] = 1
+            return
+        lent.helper = lent.helper or sessions.holder(sid, "helper") or ""
+        results = _measure_batch(b, got, device, os.path.join(work_dir, str(index)))
+        lent.measured += len(results)
+        sessions.push(sid, "results", results_blob(int(got["index"]), results))
+        index += 1
+
+
+def _measure_batch(b: Borrowing, got: JsonDict, device: str, folder: str) -> list[RunnerResult]:
+    """Measure one of the helper's batches on the phones and commit it; every item's result
+    (a record refused here: its reason, not measured)."""
+    from farm.tir.module import tuning_record as tir_tuning_record
+
+    os.makedirs(folder, exist_ok=True)
+    cands: list[MeasureCandidate] = []
+    built: list[BuilderResult] = []
+    slots: list[int | str] = []  # per item: its index in the batch measured, or why refused
+    for n, item in enumerate(got["items"]):
+        try:
+            cand = tir_tuning_record(item["record"], b.tuned.workload).as_measure_candidate()
+        except Exception as e:  # noqa: BLE001 - a record this host will not replay
+            slots.append(f"refused by the phone host: {e}")
+            continue
+        if "error" in item:
+            built.append(BuilderResult(None, str(item["error"])))
+        else:
+            path = os.path.join(folder, f"{n}-{os.path.basename(str(item['name']))}")
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(item["lib"]))
+            built.append(BuilderResult(path, None))
+        slots.append(len(cands))
+        cands.append(cand)
+    results = [f() for f in OnPhones(b.runner).send(cands, built, device)] if cands else []
+    if cands:
+        b.callback(cands, built, results)
+    shutil.rmtree(folder, ignore_errors=True)
+    return [results[s] if isinstance(s, int) else RunnerResult(None, s) for s in slots]
+
