@@ -71,7 +71,8 @@ def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
                 best_us=best.run_us if best else None, host=result.host,
                 rounds=max(prior.rounds, req.round_index + 1),
                 history=list(prior.history) + gained,
-                measure_s=prior.measure_s + result.measure_s)
+                measure_s=prior.measure_s + result.measure_s,
+                searched_by=sorted({*prior.searched_by, result.searched_by} - {""}))
 
 
 def _facts(store: RecordStore, req: RoundRequest, job: JobSpec | None,

@@ -335,6 +335,14 @@ def start_worker(tracker: str, broker_url: str, log_dir: Path, name: str = "work
                  {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
 
 
+def start_helper(broker_url: str, log_dir: Path, name: str = "helper",
+                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> Service:
+    """`farm worker --helper` (no tracker, no phones: it searches and builds for phone hosts
+    short of cores); the broker URL in its environment."""
+    return start(name, [sys.executable, "-m", "farm", "worker", "--helper", *(extra or [])],
+                 log_dir, {"FARM_REDIS_URL": "", **(env or {}), "FARM_BROKER_URL": broker_url})
+
+
 @dataclass
 class ServiceGroup:
     """Services stopped together, last started first."""

@@ -58,6 +58,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "device_lost": st.device_lost, "retries": row["retries"], "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
             "single_schedule": st.single_schedule,
+            "searched_by": st.searched_by,  # helper hosts (workers/round/borrow.py)
             "counts": row,
             "state": st.state,
             "message": st.message,

@@ -46,6 +46,7 @@ class TaskState(_Message):
     device_lost: int = 0
     measure_s: float = 0.0  # seconds its batches spent on the phones, over all rounds
     single_schedule: bool = False  # one possible schedule: measured once, never searched
+    searched_by: list[str] = field(default_factory=list)  # helper hosts that searched its rounds
     updated_at: float = 0.0
     history: list[float] = field(default_factory=list)  # best us after each round
     # the task's outstanding round (RoundRequest JSON): queued or running. The supervisor

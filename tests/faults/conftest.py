@@ -60,8 +60,9 @@ class Farm:
     """A lab farm on loopback: its own Redis (AOF), and per host a tracker, phones and a worker."""
 
     def __init__(self, root: Path, hosts: int = 1, phones: int = 2,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, key: str = "cpu-local") -> None:
         self.root = root
+        self.key = key  # the phones' device key (its profile: FARM_CONFIG in `env`)
         self.logs = root / "logs"
         self.group = services.ServiceGroup()
         self.port = services.free_port()
@@ -78,8 +79,8 @@ class Farm:
             self.group.add(tsvc)
             self.trackers.append(tracker)
             self.phones.append([self.group.add(services.start_phone(
-                tracker, "cpu-local", 10 * h + i, self.logs)) for i in range(phones)])
-            wait_for_phones(tracker, "cpu-local", phones, timeout_s=60)
+                tracker, key, 10 * h + i, self.logs)) for i in range(phones)])
+            wait_for_phones(tracker, key, phones, timeout_s=60)
             self.workers.append(self.start_worker(h))
         self.env = {"FARM_BROKER_URL": self.redis, **self.extra_env}
 
@@ -91,15 +92,26 @@ class Farm:
         worker = self.group.add(services.start_worker(
             self.trackers[h], self.redis, self.logs, name=f"worker{h}-{time.monotonic_ns()}",
             env=dict(self.extra_env), extra=["--hostname", self.host(h)]))
+        self.wait_for_beat(worker, self.host(h))
+        return worker
+
+    def start_helper(self, name: str = "farm@helper") -> services.Service:
+        """A helper host (`farm worker --helper`); returns once its heartbeat is in the store."""
+        helper = self.group.add(services.start_helper(
+            self.redis, self.logs, name=f"helper-{time.monotonic_ns()}",
+            extra=["--hostname", name], env=dict(self.extra_env)))
+        self.wait_for_beat(helper, name)
+        return helper
+
+    def wait_for_beat(self, svc: services.Service, name: str) -> None:
         store = self.store()
 
         def beating() -> bool:
-            assert worker.alive(), worker.log_tail(30)
-            return any(b.name == self.host(h) and b.pid == worker.pid for b in store.hosts())
+            assert svc.alive(), svc.log_tail(30)
+            return any(b.name == name and b.pid == svc.pid for b in store.hosts())
 
-        wait_until(f"a heartbeat of {self.host(h)}", beating, timeout_s=120)
+        wait_until(f"a heartbeat of {name}", beating, timeout_s=120)
         store.close()
-        return worker
 
     @property
     def tracker(self) -> str:
@@ -123,9 +135,9 @@ class Farm:
                 phone.signal(signal.SIGCONT)
                 if not phone.alive():
                     phones[i] = self.group.add(services.start_phone(
-                        self.trackers[h], "cpu-local", 10 * h + i + 100 * len(self.group.services),
+                        self.trackers[h], self.key, 10 * h + i + 100 * len(self.group.services),
                         self.logs))
-            wait_for_phones(self.trackers[h], "cpu-local", 1, timeout_s=60)
+            wait_for_phones(self.trackers[h], self.key, 1, timeout_s=60)
         for h, worker in enumerate(self.workers):
             if not worker.alive():
                 self.workers[h] = self.start_worker(h)
@@ -161,7 +173,8 @@ def phone_addr(phone: services.Service) -> str:
 
 def submit_args(farm: Farm, model: Path, out: Path, trials: int) -> list[str]:
     return ["submit", str(model), "--trials-per-task", str(trials), "--out", str(out),
-            "--tracker", farm.tracker, "--timeout", "900", "--wait-for-devices", "120"]
+            "--tracker", farm.tracker, "--device-key", farm.key, "--timeout", "900",
+            "--wait-for-devices", "120"]
 
 
 def submit(farm: Farm, model: Path, out: Path, home: Path, trials: int = 8):

@@ -41,7 +41,7 @@ from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
-from workers.round.lend import BEAT_S, beating, results_blob, unpack
+from workers.round.lend import BEAT_S, beating, results_blob, session_ttl, unpack
 from workers.round.pipeline import OnPhones
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def lend(b: Borrowing, device: str) -> Lent:
     ctx, req = b.rnd.ctx, b.rnd.req
     sessions = SearchSessions(str(ctx.config.store_url))
     sid = f"{req.round_id}:{uuid.uuid4().hex[:8]}"
-    ttl_s = float(ctx.config.host_ttl_s) / 3
+    ttl_s = session_ttl(ctx.config)
     sessions.open(sid, ctx.host, ttl_s)
     assert ctx.app is not None
     ctx.app.send_task(SEARCH_TASK, args=[{"session": sid, "round": req.to_json(),

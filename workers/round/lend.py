@@ -31,6 +31,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from farm.core.aliases import JsonDict, MeasureCandidate
+from farm.core.config import FarmConfig
 from farm.core.errors import TuneError
 from farm.core.messages import RoundRequest
 from farm.store import RecordStore
@@ -40,6 +41,11 @@ from workers.round.search import TunedWorkload
 
 log = logging.getLogger(__name__)
 BEAT_S = 2.0  # how often each side of a session beats
+
+
+def session_ttl(config: FarmConfig) -> float:
+    """How long a side's beat lasts: a third of a host's TTL, and three beats at least."""
+    return max(3 * BEAT_S, float(config.host_ttl_s) / 3)
 
 
 class SessionEnded(TuneError):
@@ -145,7 +151,7 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
     sid = str(payload["session"])
     req = RoundRequest.from_json(payload["round"])  # type: ignore[arg-type]
     sessions = SearchSessions(str(ctx.config.store_url))
-    ttl_s = float(ctx.config.host_ttl_s) / 3
+    ttl_s = session_ttl(ctx.config)
     if not sessions.claim(sid, ctx.host, ttl_s):
         return {"skipped": f"session {sid} is taken or closed"}
     log.info("helper %s: searching round %s of %s for the phone host %s", ctx.host,

@@ -272,7 +272,8 @@ def _tune(rnd: Round) -> RoundResult:
                            searched_by=lent.helper)
         rest = t.trials - (lent.measured if lent is not None else 0)
         result = _search_here(rnd, replace(t, trials=max(1, rest)), profile, phones)
-        return replace(result, requested=t.trials) if lent is not None else result
+        # the helper's part of it: it searched that much
+        return replace(result, requested=t.trials, searched_by=lent.helper) if lent else result
     except Exception as e:
         if t.counters.store_error is not None and t.counters.store_error is not e:
             raise t.counters.store_error from e  # the store's own error, not what it caused
