@@ -17,6 +17,12 @@ Configurations, one after another (never two at once):
 - 1 host with 2 phones vs 2 hosts with 2 phones each (each host its own tracker and worker),
   the 2 hosts once with hand-off at a job's tail (workers/round/handoff.py) and once without;
 - a mix on one host: 2 phones at `--delay-s` and 2 at a quarter of it.
+- helper: one phone host pinned to one CPU (tracker, phones, worker), with 1 phone, and with
+  `--helper-phones` (8, 16) phones three ways: its rounds' search one after another with
+  measuring (FARM_SEARCH_AHEAD=0, the farm before 2026-12-05), a batch ahead (the default),
+  and a batch ahead with a helper host (`farm worker --helper`) pinned to the other CPU, to
+  which the phone host lends its search and builds (borrow_search auto: 8 phones on 1 core
+  are short of cores). Efficiency is against the section's 1-phone run.
 
 Per configuration: job trials/min over the tuning phase (first round sent -> last task done,
 summary.json's tuning_s), phone utilization (summary.json: busy / tuning wall, mean over the
@@ -95,10 +101,13 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
 
 def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, trials: int,
                work: Path, pin: bool = False, handoff: bool = True,
-               keep: Path | None = None) -> dict[str, Any]:
+               keep: Path | None = None, helper: bool = False,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
     """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
     `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
-    only: each emulated host is a 1-core machine of its own."""
+    only: each emulated host is a 1-core machine of its own. With `helper`, a helper host
+    (`farm worker --helper`, no phones) too, pinned to the CPU after the hosts'. `env`: the
+    workers' settings."""
     from farm.devices.tracker import phone_address, wait_for_phones
     from farm.local import services
     root = work / name
@@ -128,9 +137,16 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
             wait_for_phones(tracker, KEY, len(delays), 60)
             worker = group.add(services.start_worker(
                 tracker, url, logs, name=f"worker{h}", extra=["--hostname", f"farm@host{h}"],
-                env={"FARM_ROUND_HANDOFF": "1" if handoff else "0"}))
+                env={"FARM_ROUND_HANDOFF": "1" if handoff else "0", **(env or {})}))
             if pin:  # at once: its pool processes and their helpers inherit it
                 os.sched_setaffinity(worker.pid, cpu)
+        if helper:
+            svc = group.add(services.start_helper(url, logs, name="helper",
+                                                  extra=["--hostname", "farm@helper"],
+                                                  env=env))
+            if pin:
+                os.sched_setaffinity(svc.pid, {cpus[len(hosts) % len(cpus)]})
+            wait_warm(logs / "helper.log", 1)
         for h in range(len(hosts)):
             wait_warm(logs / f"worker{h}.log", 1)
         # a lab worker has run rounds before: a small warm-up job of other workloads warms
@@ -148,6 +164,8 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
     s = json.loads((out / "summary.json").read_text())
     trials_done = sum(t["trials_measured"] for t in s["tasks"])
     return {"config": name, "hosts": len(hosts), "phones": sum(len(d) for d in hosts),
+            "helper": helper, "searched_by_helper": sum(1 for t in s["tasks"]
+                                                        if t.get("searched_by")),
             "tasks": len(s["tasks"]), "trials": trials_done,
             "tuning_s": round(s["tuning_s"], 1), "wall_s": round(wall, 1),
             "job_trials_per_min": round(trials_done / s["tuning_s"] * 60, 1),
@@ -167,8 +185,11 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--out", default=str(ROOT / "bench"))
     p.add_argument("--skip", default="",
-                   help="sections to skip: phones,hosts,mix; one-host: the hosts section "
-                        "without its 1-host run")
+                   help="sections to skip: phones,hosts,mix,helper; one-host: the hosts "
+                        "section without its 1-host run")
+    p.add_argument("--helper-phones", default="8,16",
+                   help="the helper section: phones of the one phone host (pinned to one "
+                        "CPU), alone and with a helper host pinned to the other")
     p.add_argument("--keep", default="",
                    help="copy each configuration's logs and job outputs under this directory")
     p.add_argument("--pin", action="store_true",
@@ -194,16 +215,25 @@ def main() -> int:
                         ("hosts", "2 hosts x 2 phones, no hand-off", [[d, d], [d, d]])]
         if "mix" not in args.skip:
             configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
+        if "helper" not in args.skip:
+            configs += [("helper", "1 phone, pinned", [[d]])]
+            for n in map(int, args.helper_phones.split(",")):
+                configs += [("helper", f"{n} phones, pinned, search serial", [[d] * n]),
+                            ("helper", f"{n} phones, pinned", [[d] * n]),
+                            ("helper", f"{n} phones, pinned, + helper", [[d] * n])]
         for section, name, hosts in configs:
+            serial = "search serial" in name
             row = {"section": section, **run_config(
-                name.replace(" ", "-").replace(",", ""), hosts, model, warm_up, args.trials,
-                work, args.pin, handoff="no hand-off" not in name,
-                keep=Path(args.keep) if args.keep else None)}
+                name.replace(" ", "-").replace(",", "").replace("+", "plus"), hosts, model,
+                warm_up, args.trials, work, args.pin or section == "helper",
+                handoff="no hand-off" not in name, keep=Path(args.keep) if args.keep else None,
+                helper="+ helper" in name,
+                env={"FARM_SEARCH_AHEAD": "0" if serial else "1"})}
             row["config"] = name
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)
     base = {sec: next((r for r in rows if r["section"] == sec), None) for sec in ("phones",
-                                                                              "hosts")}
+                                                                              "hosts", "helper")}
     for r in rows:
         b = base.get(r["section"])
         if b is not None:
