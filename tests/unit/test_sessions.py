@@ -1,0 +1,129 @@
+"""A round's search lent to a helper (farm/store/sessions.py, workers/round/lend.py and
+borrow.py): the session's contract on a real Redis, the wire format, and when a phone host
+lends its search."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from farm.store.sessions import SearchSessions
+
+
+@pytest.fixture
+def sessions(clean_redis: str) -> SearchSessions:
+    return SearchSessions(clean_redis)
+
+
+def test_one_helper_claims_a_session_and_none_a_closed_one(sessions):
+    sessions.open("s1", "farm@phones", ttl_s=5)
+    assert sessions.holder("s1", "owner") == "farm@phones"
+    assert sessions.claim("s1", "farm@helper1", ttl_s=5)
+    assert not sessions.claim("s1", "farm@helper2", ttl_s=5)  # taken
+    assert sessions.holder("s1", "helper") == "farm@helper1"
+    sessions.open("s2", "farm@phones", ttl_s=5)
+    sessions.close("s2", "no helper took the search within 10 s")
+    assert not sessions.claim("s2", "farm@helper1", ttl_s=5)  # a copy delivered late
+    assert sessions.closed("s2") == "no helper took the search within 10 s"
+    assert sessions.closed("s1") is None
+
+
+def test_items_arrive_in_order_and_a_closed_session_takes_none(sessions):
+    sessions.open("s", "o", ttl_s=5)
+    assert sessions.push("s", "batches", b"\x00first") and sessions.push("s", "batches", b"two")
+    assert sessions.pop("s", "batches", 1) == b"\x00first"  # binary kept as it is
+    assert sessions.pop("s", "batches", 1) == b"two"
+    t0 = time.monotonic()
+    assert sessions.pop("s", "results", 1) is None  # nothing came: waited, then None
+    assert time.monotonic() - t0 >= 0.9
+    sessions.push("s", "results", b"late")
+    sessions.close("s", "the round ended")
+    assert sessions.pop("s", "results", 1) is None  # its lists went with it
+    assert not sessions.push("s", "batches", b"after")
+
+
+def test_a_side_that_stops_beating_is_gone_after_its_ttl(sessions):
+    sessions.beat("s", "helper", "h", ttl_s=1)
+    assert sessions.holder("s", "helper") == "h"
+    time.sleep(1.3)
+    assert sessions.holder("s", "helper") is None
+
+
+def test_a_batch_and_its_results_cross_the_wire_intact(tmp_path):
+    from tvm.s_tir.meta_schedule.builder import BuilderResult
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from workers.round.lend import batch_blob, results_blob, runner_results, unpack
+
+    lib = tmp_path / "build" / "tmp.so"
+    lib.parent.mkdir()
+    lib.write_bytes(bytes(range(256)) * 40)
+    blob = batch_blob(3, [["trace-a"], ["trace-b"]],
+                      [BuilderResult(str(lib), None), BuilderResult(None, "LLVM said no")])
+    got = unpack(blob)
+    assert got["index"] == 3 and len(blob) < lib.stat().st_size  # compressed
+    ok, failed = got["items"]
+    assert ok["record"] == ["trace-a"] and ok["name"] == "tmp.so"
+    import base64
+
+    assert base64.b64decode(ok["lib"]) == lib.read_bytes()
+    assert failed == {"record": ["trace-b"], "error": "LLVM said no"}
+    back = runner_results(unpack(results_blob(3, [RunnerResult([1e-5, 2e-5], None),
+                                                  RunnerResult(None, "timeout")])))
+    assert [list(map(float, r.run_secs)) if r.run_secs else None for r in back] == [
+        [1e-5, 2e-5], None]
+    assert [r.error_msg for r in back] == [None, "timeout"]
+
+
+@dataclass
+class Beat:
+    name: str
+    queues: list[str] = field(default_factory=list)
+
+
+class Hosts:
+    def __init__(self, beats):
+        self.beats = beats
+
+    def hosts(self):
+        return self.beats
+
+
+@dataclass
+class Config:
+    borrow_search: str = "auto"
+
+
+@dataclass
+class Ctx:
+    config: Config
+    app: object = "app"
+    gate: object = None
+    tracker: str = ""
+
+
+@dataclass
+class Profile:
+    host_cpu: bool = False
+    key: str = "k"
+
+
+@pytest.mark.parametrize("mode,host_cpu,helper,phones,lends", [
+    ("always", False, True, 1, True),
+    ("always", False, False, 16, False),  # no helper alive
+    ("never", False, True, 16, False),
+    ("always", True, True, 16, False),  # phones on this host's CPU never borrow
+    ("auto", False, True, 16, True),  # not measured yet: 16 phones on a few cores
+    ("auto", False, True, 1, False),
+])
+def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper, phones, lends):
+    from farm.jobs.dispatch import SEARCH_QUEUE
+    from workers.round import borrow
+
+    monkeypatch.setattr(borrow, "usable_cores", lambda: 2)
+    store = Hosts([Beat("farm@phones", ["tune.k"])]
+                  + ([Beat("farm@helper", [SEARCH_QUEUE])] if helper else []))
+    why = borrow.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones)
+    assert (why is not None) == lends, why
