@@ -15,7 +15,9 @@ share its cores, and the kernels would run on this host.
 
 If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
 machine gone), or it fails, the round searches the rest of its trials here: what the helper's
-batches measured is in the store, so nothing is measured twice.
+batches measured is in the store, so nothing is measured twice. A batch of which the helper
+built nothing is the helper's fault (no compiler for the profile, another TVM), not the
+kernels': it is not stored, and the round goes on here.
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
             lent.counts["handed_off"] = 1
             return
         lent.helper = lent.helper or sessions.holder(sid, "helper") or ""
+        items = got["items"]
+        if items and all("error" in i for i in items):  # the helper's builds, not the kernels
+            lent.why = (f"helper {lent.helper} built none of a batch (not stored): "
+                        f"{str(items[0]['error'])[-300:]}")
+            return
         results = _measure_batch(b, got, device, os.path.join(work_dir, str(index)))
         lent.measured += len(results)
         sessions.push(sid, "results", results_blob(int(got["index"]), results))

@@ -186,6 +186,11 @@ def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, si
     task = store.get_workload(req.workload_key)
     if task is None:
         raise TuneError("the workload is not in the store", subject=f"workload {req.workload_key}")
+    profile = ctx.profile(req.device_key)
+    if profile.export == "cross":  # a compiler this helper lacks fails every build: say so
+        from farm.devices.cross import check_triple
+
+        check_triple(profile)
     mod = load_mod(task)
     intrinsics.load_for(str(task.target.get("kind", "llvm")))
     target = tvm.target.Target(task.target)
@@ -196,7 +201,7 @@ def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, si
     facts = RoundFacts(trials, False, learned, ranked_by)
     search = round_search(store, task, tuned, facts, ctx.config)  # the phone host hands off
     loop = Searcher(mod, target, search, threads, task.name, req.round_id).loop(
-        ctx.builder(ctx.profile(req.device_key)), ToPhoneHost(sessions, sid, tuned), cost_model,
+        ctx.builder(profile), ToPhoneHost(sessions, sid, tuned), cost_model,
         lambda *_: None, ahead=True)  # the phone host commits the records
     loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=database)
     return dict(search.counts)

@@ -109,6 +109,7 @@ class Loop:
         self.ctx.pre_tuning(max_trials=max_trials, num_trials_per_iter=per_batch,
                             design_spaces=spaces, database=database, cost_model=self.cost_model)
         flight: Flight | None = None
+        built: list[BuilderResult] | None = None
         sent = 0
         try:
             while True:
@@ -119,14 +120,13 @@ class Loop:
                     flight = None
                 if not cands or built is None:
                     break
-                flight = self._send(list(cands), built)
+                flight, built = self._send(list(cands), built), None
                 sent += len(cands)
                 if not self.ahead:
                     self._join(flight)
                     flight = None
-        except BaseException:
-            if flight is not None:  # its artifacts; its phones' turn ends with the round
-                _remove([b for b in flight.built])
+        except BaseException:  # the artifacts of what was built and not joined
+            _remove((flight.built if flight is not None else []) + (built or []))
             raise
         self.ctx.post_tuning()
 
