@@ -45,7 +45,8 @@ def format_hosts(hosts: list[HostBeat]) -> str:
     for h in hosts:
         age = f"{now - h.beat_at:.0f} s ago"
         if not h.phones:
-            lines.append(f"{h.name:28} {h.tracker:22} {'-':16} {0:5} {0:5} {0:5}  {age}")
+            tracker = h.tracker or "(helper: searches)"  # farm worker --helper
+            lines.append(f"{h.name:28} {tracker:22} {'-':16} {0:5} {0:5} {0:5}  {age}")
         for key, c in sorted(h.phones.items()):
             lines.append(f"{h.name:28} {h.tracker:22} {key:16} {c.get('total', 0):5} "
                          f"{c.get('free', 0):5} {c.get('busy', 0):5}  {age}")
