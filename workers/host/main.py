@@ -23,7 +23,9 @@ from farm.store import RecordStore, configured_store, open_broker
 from farm.store.broker import BrokerQueues
 
 if TYPE_CHECKING:
+    from farm.core.aliases import CeleryApp
     from farm.jobs.supervisor import Supervisor
+    from workers.host.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,6 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     name = hostname or default_name()
     if hostname:  # refused before TVM is loaded below
         check_name_free(store, name, config.host_ttl_s)
-    from farm.jobs.supervisor import Supervisor
     from workers.host.app import build_app
     from workers.host.heartbeat import Heartbeat, WorkerHost
     from workers.round.gate import Gate
@@ -64,27 +65,46 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     beat.beat()
     beat.start()
     broker = open_broker(str(config.broker_url))
-    supervisor = Supervisor(app, store, broker, name,
-                            interval_s=config.supervisor_interval_s,
-                            grace_s=float(config.host_ttl_s))
-    supervisor.retention_days = config.archive_retention_days
-    supervisor.start()
+    supervisor = _supervisor(app, store, broker, name, config)
     metrics = serve_metrics(config, store, broker, name, supervisor) \
         if config.metrics_port else None
-    argv = ["worker", "-Q", ",".join(sorted(queues)),
-            "-c", str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
-            "-E", "-P", pool, "--without-mingle", "--without-gossip"]
     try:
-        app.worker_main(argv=argv)
+        _serve(app, sorted(queues), name, config, (loglevel, pool))
     finally:
-        supervisor.stop()
-        beat.stop()
-        beat.join(timeout=10)
-        store.close()
+        _stop(supervisor, beat, store)
         for folder in (gate_dir, metrics):
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def _supervisor(app: CeleryApp, store: RecordStore, broker: BrokerQueues, name: str,
+                config: FarmConfig) -> Supervisor:
+    """This host's supervisor (farm/jobs/supervisor.py), started: it leads the farm's sweeps
+    when it holds the leader lock."""
+    from farm.jobs.supervisor import Supervisor
+
+    supervisor = Supervisor(app, store, broker, name, interval_s=config.supervisor_interval_s,
+                            grace_s=float(config.host_ttl_s))
+    supervisor.retention_days = config.archive_retention_days
+    supervisor.start()
+    return supervisor
+
+
+def _serve(app: CeleryApp, queues: list[str], name: str, config: FarmConfig,
+           log: tuple[str, str]) -> None:
+    """Celery's worker in the foreground, consuming `queues` (`log`: its loglevel and pool)."""
+    loglevel, pool = log
+    app.worker_main(argv=["worker", "-Q", ",".join(queues), "-c",
+                          str(config.worker_concurrency), "-n", name, "--loglevel", loglevel,
+                          "-E", "-P", pool, "--without-mingle", "--without-gossip"])
+
+
+def _stop(supervisor: Supervisor, beat: Heartbeat, store: RecordStore) -> None:
+    supervisor.stop()
+    beat.stop()
+    beat.join(timeout=10)
+    store.close()
 
 
 def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = "INFO",
@@ -104,7 +124,6 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
         check_name_free(store, name, config.host_ttl_s)
     if config.worker_concurrency == 0:
         config = replace(config, worker_concurrency=max(2, usable_cores()))
-    from farm.jobs.supervisor import Supervisor
     from workers.host.app import build_app
     from workers.host.heartbeat import Heartbeat, WorkerHost
 
@@ -117,19 +136,11 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
     beat = Heartbeat(app, store, WorkerHost(name, "", frozenset({SEARCH_QUEUE}), False), config)
     beat.beat()
     beat.start()
-    supervisor = Supervisor(app, store, open_broker(str(config.broker_url)), name,
-                            interval_s=config.supervisor_interval_s,
-                            grace_s=float(config.host_ttl_s))
-    supervisor.start()
-    argv = ["worker", "-Q", SEARCH_QUEUE, "-c", str(config.worker_concurrency), "-n", name,
-            "--loglevel", loglevel, "-E", "-P", pool, "--without-mingle", "--without-gossip"]
+    supervisor = _supervisor(app, store, open_broker(str(config.broker_url)), name, config)
     try:
-        app.worker_main(argv=argv)
+        _serve(app, [SEARCH_QUEUE], name, config, (loglevel, pool))
     finally:
-        supervisor.stop()
-        beat.stop()
-        beat.join(timeout=10)
-        store.close()
+        _stop(supervisor, beat, store)
     return 0
 
 
