@@ -38,6 +38,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from farm.core.aliases import JsonDict, MeasureCandidate
 from farm.core.cores import usable_cores
+from farm.core.errors import ServiceError
 from farm.core.profiles import DeviceProfile
 from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store import RecordStore
@@ -81,7 +82,10 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
     from workers.round.gate import phone_speed
     from workers.round.measure import BATCH
 
-    info = tracker_mod.phones(ctx.tracker).get(profile.key)
+    try:
+        info = tracker_mod.phones(ctx.tracker).get(profile.key)
+    except ServiceError:  # the tracker is away a moment: the round waits for it here
+        return None
     phone_s = phone_speed(store, profile.key, info.phones if info is not None else ()) or 0.0
     per_batch = BATCH * phone_s / max(1, phones)
     if host_s > per_batch > 0:
