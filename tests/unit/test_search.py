@@ -144,7 +144,7 @@ def test_the_next_batch_is_searched_while_the_last_is_measured_and_results_told_
     spy = Spy()
     inner = CountingInner(spy)
     counters, _ = tune(store, "wk", mod, target, 24, "j", inner=inner, ahead=ahead, spy=spy)
-    if ahead:
+    if ahead:  # batch k+1 asked for before batch k's results are told; told in order
         assert spy.events == ["gen", "run", "gen", "tell", "run", "gen", "tell", "run", "tell"]
     else:
         assert spy.events == ["gen", "run", "tell"] * 3
