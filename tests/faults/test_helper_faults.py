@@ -50,7 +50,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_a_helper_searches_and_builds_the_phone_hosts_rounds(lab: Farm, tmp_path):
-    model = tiny_model(tmp_path / "tiny.pt2", width=72)
+    # one dense layer of its own: the other test's model shares no workload with it, in
+    # whichever order the two run (its second layer would be that model's too)
+    model = tiny_model(tmp_path / "tiny.pt2", width=72, layers=1)
     proc = submit(lab, model, tmp_path / "out", tmp_path / "home", trials=16)
     assert proc.returncode == 0, proc.stderr[-3000:] + lab.worker.log_tail(40)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -89,9 +91,13 @@ def test_a_helper_killed_mid_search_costs_its_round_nothing(lab: Farm, tmp_path)
                    every_s=0.1)
         lab.helper.signal(signal.SIGKILL)  # type: ignore[attr-defined]
 
-    summary = run_through_fault(lab, tmp_path, kill_helper, trials=32, width=80)
-    for t in summary["tasks"]:  # (the model's last layer is the first test's: 16 stored)
-        assert t["trials_measured"] + t["trials_from_store"] >= 32 or t["single_schedule"], t
+    try:
+        summary = run_through_fault(lab, tmp_path, kill_helper, trials=32, width=80)
+    finally:  # the other test (in whichever order they run) needs a helper
+        if not lab.helper.alive():  # type: ignore[attr-defined]
+            lab.helper = lab.start_helper(HELPER)  # type: ignore[attr-defined]
+    for t in summary["tasks"]:
+        assert t["trials_measured"] == 32 or t["single_schedule"], t
     log = lab.worker.log_tail(10_000)
     assert f"helper {HELPER} stopped beating" in log, log[-3000:]
     assert "searching the rest of the round here" in log
