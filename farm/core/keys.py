@@ -210,3 +210,8 @@ def search_session(sid: str, part: str) -> str:
     it ended), "batches" and "results" (lists: built batches to the phone host, their
     measurements back)."""
     return key_for("search", sid, part)
+
+
+def search_open() -> str:
+    """The open search sessions (a sorted set: id -> until when its owner's beat lasts)."""
+    return key_for("search-open")

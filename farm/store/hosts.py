@@ -29,6 +29,7 @@ class HostBeat(_Message):
     archive: str = ""  # where its records leave Redis to (passwords redacted)
     archive_id: str = ""  # that archive's id (farm/store/cold.Archive.identity); "" unreadable
     archive_error: str = ""  # why the archive could not be read or written
+    searches: int = 0  # a helper host's search sessions at once (`farm worker --helper`)
 
 
 def registered_phones(hosts: list[HostBeat], key: str) -> dict[str, str]:

@@ -25,6 +25,8 @@ def test_two_rounds_keep_the_slower_side_busy_one_where_fast_phones_share_the_cp
     assert rounds_at_once(None, 2, None, host_cpu=True, pool=4)[0] == 1  # nothing measured yet
     assert rounds_at_once(None, 2, None, host_cpu=False, pool=4)[0] == 2
     assert [pool_size(k) for k in (0, 1, 2, 3, 5)] == [2, 2, 4, 6, 6]
+    # room for the rounds lent to helper hosts, beyond the host's own
+    assert [pool_size(k, lends=True) for k in (0, 1, 3)] == [2, 4, 8]
 
 
 def test_the_gate_opens_as_many_slots_as_decided_and_learns_the_host_speed(tmp_path):

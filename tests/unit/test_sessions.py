@@ -30,6 +30,28 @@ def test_one_helper_claims_a_session_and_none_a_closed_one(sessions):
     assert sessions.closed("s1") is None
 
 
+def test_a_session_opens_only_while_the_helpers_have_room(sessions):
+    a = sessions.session_id("farm@phones", "r1", "a")
+    b = sessions.session_id("farm@phones", "r2", "b")
+    c = sessions.session_id("farm@other", "r3", "c")
+    assert sessions.open(a, "farm@phones", ttl_s=5, room=2)
+    assert sessions.open(b, "farm@phones", ttl_s=1, room=2)
+    assert not sessions.open(c, "farm@other", ttl_s=5, room=2)  # both helper sessions taken
+    assert sessions.holder(c, "owner") is None  # refused: nothing of it written
+    assert sorted(sessions.open_now()) == sorted([a, b])
+    sessions.close(a, "the round ended")  # a closed session frees its room at once
+    assert sessions.open_now() == [b]
+    assert sessions.open(c, "farm@other", ttl_s=5, room=2)
+    d = sessions.session_id("farm@other", "r4", "d")
+    assert not sessions.open(d, "farm@other", ttl_s=5, room=2)
+    time.sleep(1.3)  # b's owner stopped beating (killed): its room is free after its TTL
+    assert sessions.open_now() == [c]
+    assert sessions.open(d, "farm@other", ttl_s=5, room=2)
+    sessions.beat(c, "owner", "farm@other", ttl_s=1)  # a beat keeps it open as long as it says
+    assert sorted(sessions.open_now()) == sorted([c, d])
+    assert sessions.open("e", "farm@x", ttl_s=5)  # no room given: no limit
+
+
 def test_items_arrive_in_order_and_a_closed_session_takes_none(sessions):
     sessions.open("s", "o", ttl_s=5)
     assert sessions.push("s", "batches", b"\x00first") and sessions.push("s", "batches", b"two")
@@ -81,6 +103,7 @@ def test_a_batch_and_its_results_cross_the_wire_intact(tmp_path):
 class Beat:
     name: str
     queues: list[str] = field(default_factory=list)
+    searches: int = 0
 
 
 class Hosts:
@@ -94,6 +117,7 @@ class Hosts:
 @dataclass
 class Config:
     borrow_search: str = "auto"
+    store_url: str = ""
 
 
 @dataclass
@@ -102,6 +126,7 @@ class Ctx:
     app: object = "app"
     gate: object = None
     tracker: str = ""
+    host: str = ""
 
 
 @dataclass
@@ -127,3 +152,23 @@ def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper,
                   + ([Beat("farm@helper", [SEARCH_QUEUE])] if helper else []))
     why = borrow.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones)
     assert (why is not None) == lends, why
+
+
+def test_a_lending_host_runs_a_round_more_per_helper_session_it_holds_or_is_free(
+        monkeypatch, clean_redis, sessions):
+    from farm.jobs.dispatch import SEARCH_QUEUE
+    from workers.round import borrow
+
+    monkeypatch.setattr(borrow, "usable_cores", lambda: 1)
+    store = Hosts([Beat("farm@phones", ["tune.k"]), Beat("farm@h1", [SEARCH_QUEUE], 2),
+                   Beat("farm@h2", [SEARCH_QUEUE], 1)])
+    ctx = Ctx(Config("auto", clean_redis), host="farm@phones")
+    assert borrow.helper_room(store) == 3
+    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 3  # all free
+    sessions.open(sessions.session_id("farm@other", "r", "1"), "farm@other", 5, room=3)
+    sessions.open(sessions.session_id("farm@other", "r", "2"), "farm@other", 5, room=3)
+    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 1  # another host holds two
+    sessions.open(sessions.session_id("farm@phones", "r", "3"), "farm@phones", 5, room=3)
+    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 1  # its own one, none free
+    assert borrow.lend_rounds(ctx, store, Profile(), 1) == 0  # 1 phone on 1 core: not short
+    assert borrow.lend_rounds(ctx, store, Profile(host_cpu=True), 8) == 0

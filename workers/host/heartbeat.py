@@ -36,13 +36,14 @@ ARCHIVE_READ_S = 300.0  # a host reads its archive's id again this often
 @dataclass(frozen=True)
 class WorkerHost:
     """A worker host as its heartbeat tells it: its node name, its tracker, the queues it
-    consumes when it starts, and whether they follow the keys of the tracker's phones (no
-    --keys given)."""
+    consumes when it starts, whether they follow the keys of the tracker's phones (no
+    --keys given), and a helper's search sessions at once."""
 
     node: str
     tracker: str
     queues: frozenset[str]
     follow_tracker: bool
+    searches: int = 0
 
 
 class Heartbeat(threading.Thread):
@@ -55,6 +56,7 @@ class Heartbeat(threading.Thread):
         self.tracker = host.tracker
         self.queues = set(host.queues)
         self.follow = host.follow_tracker
+        self.searches = host.searches
         self.ttl_s = config.host_ttl_s  # a beat expires after this
         self.interval_s = interval_s if interval_s is not None else max(1.0, self.ttl_s / 3)
         self.started_at = time.time()
@@ -84,7 +86,7 @@ class Heartbeat(threading.Thread):
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
             cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()},
             rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {},
-            machine=machine(), **self._archive()),
+            machine=machine(), searches=self.searches, **self._archive()),
             ttl_s=self.ttl_s)
 
     def _archive(self) -> dict[str, str]:

@@ -44,7 +44,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
         found = first_phones(tracker, found)
     keys = keys or sorted(k for k, v in found.items() if v.total > 0)
     gated = config.worker_concurrency == 0
-    config = _concurrency(config, found, keys)
+    config, lend_room = _concurrency(config, keys)
     name = hostname or default_name()
     if hostname:  # refused before TVM is loaded below
         check_name_free(store, name, config.host_ttl_s)
@@ -56,6 +56,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
         _preload()
     gate_dir = tempfile.mkdtemp(prefix="farm-gate-") if gated else None  # its pool's slots
+    if gate_dir:
+        Gate(gate_dir, config.worker_concurrency).set_lend_room(lend_room)
     app = build_app(config, tracker, name, gate_dir=gate_dir)
     queues = {queue_for(k) for k in keys}
     log.info("worker %s: tracker %s, keys %s", name, tracker, ", ".join(keys))
@@ -133,7 +135,8 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
     app = build_app(config, "", name)
     log.info("helper %s: searching and building for phone hosts (%d at once)", name,
              config.worker_concurrency)
-    beat = Heartbeat(app, store, WorkerHost(name, "", frozenset({SEARCH_QUEUE}), False), config)
+    beat = Heartbeat(app, store, WorkerHost(name, "", frozenset({SEARCH_QUEUE}), False,
+                                             config.worker_concurrency), config)
     beat.beat()
     beat.start()
     supervisor = _supervisor(app, store, open_broker(str(config.broker_url)), name, config)
@@ -232,15 +235,21 @@ def _preload() -> None:
     log.info("worker: TVM loaded in %.1f s (before the pool forks)", time.monotonic() - t0)
 
 
-def _concurrency(config: FarmConfig, found: dict, keys: list[str]) -> FarmConfig:
+def _concurrency(config: FarmConfig, keys: list[str]) -> tuple[FarmConfig, int]:
     """The worker's pool, when not set: room for two rounds per device key (workers/round/gate.py
-    decides per key whether one or two run at once, from the measured speeds)."""
+    decides per key whether one or two run at once, from the measured speeds), and for
+    LEND_ROUNDS more lent to helper hosts when its phones may lend (the second value)."""
     if config.worker_concurrency != 0:
-        return config
-    from workers.round.gate import pool_size
+        return config, 0
+    from farm.core.profiles import resolve_profile
+    from workers.round.gate import LEND_ROUNDS, pool_size
 
-    size = pool_size(len(keys))
+    # phones of their own (not this host's CPU) may lend their rounds' search to helpers
+    lends = config.borrow_search != "never" and any(
+        not resolve_profile(k, config.profiles).host_cpu for k in keys)
+    size = pool_size(len(keys), lends)
     log.info("worker: %d device key(s), a pool of %d round processes; rounds at once follow "
              "the measured speeds of the phones and of this host (%d usable cores of %d: "
-             "affinity and cgroup quota)", len(keys), size, usable_cores(), os.cpu_count() or 1)
-    return replace(config, worker_concurrency=size)
+             "affinity and cgroup quota)%s", len(keys), size, usable_cores(),
+             os.cpu_count() or 1, "; room for rounds lent to helper hosts" if lends else "")
+    return replace(config, worker_concurrency=size), LEND_ROUNDS if lends and keys else 0

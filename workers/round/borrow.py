@@ -13,6 +13,12 @@ measured; its kernels run on the phones (phones hold no secrets; a helper is a h
 lab, with the broker's password). Phones emulated on this host's CPU never borrow: they
 share its cores, and the kernels would run on this host.
 
+A host that lends runs more rounds of a key at once (its gate, workers/round/measure.py):
+its own two, searched here, and as many more as the helpers have free sessions, lent
+(`lend_rounds`); a round lends only while a helper has room (`SearchSessions.open`), else it
+searches here at once rather than wait for one. So the phones are fed by both: the helpers'
+cores and this host's.
+
 If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
 machine gone), or it fails, the round searches the rest of its trials here: what the helper's
 batches measured is in the store, so nothing is measured twice. A batch of which the helper
@@ -62,6 +68,22 @@ def helpers(store: RecordStore) -> list[str]:
     return sorted(h.name for h in store.hosts() if SEARCH_QUEUE in h.queues)
 
 
+def helper_room(store: RecordStore) -> int:
+    """The search sessions the live helpers serve at once, together."""
+    return sum(max(0, h.searches) for h in store.hosts() if SEARCH_QUEUE in h.queues)
+
+
+def lend_rounds(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
+                phones: int) -> int:
+    """Rounds of the key this host may run beyond its own, lent: its open sessions and the
+    helpers' free ones (0 when its rounds do not lend)."""
+    if wanted(ctx, store, profile, phones) is None:
+        return 0
+    live = SearchSessions(str(ctx.config.store_url)).open_now()
+    mine = sum(1 for sid in live if sid.startswith(f"{ctx.host}/"))
+    return mine + max(0, helper_room(store) - len(live))
+
+
 def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
            phones: int) -> str | None:
     """Why this round lends its search to a helper; None: it searches here."""
@@ -96,13 +118,15 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
 @dataclass
 class Lent:
     """How a lent round went: `complete` (the helper's search ended; else the rest of the
-    round searches here), the fresh candidates the phones measured, the search's counts."""
+    round searches here), the fresh candidates the phones measured, the search's counts and
+    what ranked its candidates (the helper's cost model)."""
 
     complete: bool
     measured: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"skipped": 0, "fresh": 0})
     helper: str = ""
     why: str = ""
+    ranked_by: str = ""
 
 
 @dataclass
@@ -118,14 +142,15 @@ class Borrowing:
     stop: Callable[[], bool] | None = None
 
 
-def lend(b: Borrowing, device: str) -> Lent:
+def lend(b: Borrowing, device: str) -> Lent | None:
     """Open a session, have a helper take it, measure its batches until its search ends (or
-    the helper is lost, or the round hands off)."""
+    the helper is lost, or the round hands off). None: every helper session is taken."""
     ctx, req = b.rnd.ctx, b.rnd.req
     sessions = SearchSessions(str(ctx.config.store_url))
-    sid = f"{req.round_id}:{uuid.uuid4().hex[:8]}"
+    sid = sessions.session_id(ctx.host, req.round_id, uuid.uuid4().hex[:8])
     ttl_s = session_ttl(ctx.config)
-    sessions.open(sid, ctx.host, ttl_s)
+    if not sessions.open(sid, ctx.host, ttl_s, helper_room(b.rnd.store)):
+        return None
     assert ctx.app is not None
     ctx.app.send_task(SEARCH_TASK, args=[{"session": sid, "round": req.to_json(),
                                           "trials": b.trials}],
@@ -149,16 +174,18 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
     while True:
         blob = sessions.pop(sid, "batches", BEAT_S)
         if blob is None:
-            lent.helper = sessions.holder(sid, "helper") or lent.helper
-            if sessions.holder(sid, "helper") is None and (lent.helper or time.monotonic() > claim_by):
+            holder = sessions.holder(sid, "helper")
+            if holder is None and (lent.helper or time.monotonic() > claim_by):
                 lent.why = (f"helper {lent.helper} stopped beating" if lent.helper
                             else f"no helper took the search within {CLAIM_S:.0f} s")
                 return
+            lent.helper = holder or lent.helper
             continue
         got = unpack(blob)
         if got.get("end"):
             lent.complete = not got.get("error")
             lent.counts = {**lent.counts, **{k: int(v) for k, v in got["counts"].items()}}
+            lent.ranked_by = str(got.get("ranked_by", ""))
             lent.why = f"the helper's search failed: {got['error']}" if got.get("error") else ""
             return
         if index and b.stop is not None and b.stop():
@@ -171,15 +198,16 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
             lent.why = (f"helper {lent.helper} built none of a batch (not stored): "
                         f"{str(items[0]['error'])[-300:]}")
             return
-        results = _measure_batch(b, got, device, os.path.join(work_dir, str(index)))
-        lent.measured += len(results)
+        results, measured = _measure_batch(b, got, device, os.path.join(work_dir, str(index)))
+        lent.measured += measured
         sessions.push(sid, "results", results_blob(int(got["index"]), results))
         index += 1
 
 
-def _measure_batch(b: Borrowing, got: JsonDict, device: str, folder: str) -> list[RunnerResult]:
+def _measure_batch(b: Borrowing, got: JsonDict, device: str,
+                   folder: str) -> tuple[list[RunnerResult], int]:
     """Measure one of the helper's batches on the phones and commit it; every item's result
-    (a record refused here: its reason, not measured)."""
+    (a record refused here: its reason, not measured) and how many were measured."""
     from farm.tir.module import tuning_record as tir_tuning_record
 
     os.makedirs(folder, exist_ok=True)
@@ -205,5 +233,5 @@ def _measure_batch(b: Borrowing, got: JsonDict, device: str, folder: str) -> lis
     if cands:
         b.callback(cands, built, results)
     shutil.rmtree(folder, ignore_errors=True)
-    return [results[s] if isinstance(s, int) else RunnerResult(None, s) for s in slots]
+    return [results[s] if isinstance(s, int) else RunnerResult(None, s) for s in slots], len(cands)
 

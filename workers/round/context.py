@@ -50,7 +50,8 @@ class WorkerContext:
             return self.config.search_threads
         if profile.host_cpu:
             return max(1, usable_cores() // max(1, self.rounds_at_once))
-        return max(1, usable_cores() * 2 // max(2, self.gate.pool))  # pool: 2 per key
+        # pool: 2 per key, and the room for rounds lent to helpers (searched there)
+        return max(1, usable_cores() * 2 // max(2, self.gate.pool - self.gate.lend_room))
 
     def broker(self) -> BrokerQueues:
         """The broker's queues, read (farm/store/broker.py): one client for this process."""

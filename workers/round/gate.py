@@ -22,9 +22,14 @@ measure faster than the host builds (M < H) share its cores with the search, and
 the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
 for such phones, two otherwise.
 
-The Celery pool of the worker has room for two rounds per key it serves (`pool_size`); each
-round takes a slot of its key at the gate (a file lock per slot, released by the kernel if
-its process dies) and only the first `rounds_at_once` slots of the key are open.
+A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs more:
+its own two, and one more per helper session it holds or a helper has free (the helpers'
+cores search those; this host only measures them), LEND_ROUNDS more at most.
+
+The Celery pool of the worker has room for two rounds per key it serves and LEND_ROUNDS
+more when its rounds may lend (`pool_size`); each round takes a slot of its key at the gate
+(a file lock per slot, released by the kernel if its process dies) and only the first
+`rounds_at_once` slots of the key are open.
 """
 
 from __future__ import annotations
@@ -44,12 +49,14 @@ if TYPE_CHECKING:
     from farm.store import RecordStore
 
 BATCH = 16  # candidates per batch (workers/round/measure.py's BATCH)
-MAX_POOL = 6
+MAX_POOL = 6  # a worker's own rounds (lent ones come on top)
+LEND_ROUNDS = 2  # rounds a host runs beyond its own two while helpers search them
 
 
-def pool_size(keys: int) -> int:
-    """The worker's Celery concurrency when automatic: two rounds per key it serves."""
-    return max(2, min(MAX_POOL, 2 * keys))
+def pool_size(keys: int, lends: bool = False) -> int:
+    """The worker's Celery concurrency when automatic: two rounds per key it serves, and
+    LEND_ROUNDS more when its rounds may lend their search to helpers."""
+    return max(2, min(MAX_POOL, 2 * keys)) + (LEND_ROUNDS if lends and keys else 0)
 
 
 def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, host_cpu: bool,
@@ -92,6 +99,24 @@ class Gate:
         self.dir = path
         self.pool = pool
         os.makedirs(self.dir, exist_ok=True)
+        self._lend_room: int | None = None
+
+    @property
+    def lend_room(self) -> int:
+        """The pool's slots for rounds lent to helpers (beyond the host's own rounds)."""
+        if self._lend_room is None:
+            try:
+                with open(os.path.join(self.dir, "lend"), encoding="utf-8") as f:
+                    self._lend_room = int(f.read())
+            except (OSError, ValueError):
+                self._lend_room = 0
+        return self._lend_room
+
+    def set_lend_room(self, rounds: int) -> None:
+        """Said once by the worker before its pool starts."""
+        with open(os.path.join(self.dir, "lend"), "w", encoding="utf-8") as f:
+            f.write(str(rounds))
+        self._lend_room = rounds
 
     @contextlib.contextmanager
     def slot(self, key: str, open_slots: Callable[[], int], every_s: float = 1.0,

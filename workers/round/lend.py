@@ -11,7 +11,7 @@ commits the records; the helper commits nothing.
 
 On the wire (zlib-compressed JSON): a batch {"index", "items": [{"record", "lib" (base64 of
 the built kernel), "name"} or {"record", "error"}]}, the last item of the session {"end",
-"counts", "error"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
+"counts", "error", "ranked_by"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
              req.round_index + 1, req.task_name, sessions.holder(sid, "owner"))
     with beating(sessions, sid, "helper", ctx.host, ttl_s):
         try:
-            counts = _search(ctx, store, sessions, sid, req, int(payload["trials"]))
+            counts, ranked_by = _search(ctx, store, sessions, sid, req, int(payload["trials"]))
         except SessionEnded as e:
             log.info("helper %s: session %s: %s", ctx.host, sid, e)
             return {"ended": str(e)}
@@ -167,21 +167,16 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
             sessions.push(sid, "batches", pack({"end": True, "counts": {},
                                                 "error": f"{type(e).__name__}: {e}"}))
             return {"failed": str(e)}
-        sessions.push(sid, "batches", pack({"end": True, "counts": counts, "error": None}))
+        sessions.push(sid, "batches", pack({"end": True, "counts": counts, "error": None,
+                                            "ranked_by": ranked_by}))
     return {"session": sid, "counts": counts}
 
 
 def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, sid: str,
-            req: RoundRequest, trials: int) -> dict[str, int]:
-    import tvm
-
-    from farm.devices import intrinsics
-    from farm.tir.module import load_mod
-    from workers.round.costmodel import round_model
-    from workers.round.database import StoreDatabase
-    from workers.round.measure import BATCH
-    from workers.round.pipeline import Searcher
-    from workers.round.search import RoundFacts, round_search
+            req: RoundRequest, trials: int) -> tuple[dict[str, int], str]:
+    """The round's search (workers/round/tuning.py), its batches measured by the phone host,
+    which commits the records and hands off; the search's counts and what ranked it."""
+    from workers.round.tuning import Where, Workload, search_round
 
     task = store.get_workload(req.workload_key)
     if task is None:
@@ -191,17 +186,7 @@ def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, si
         from farm.devices.cross import check_triple
 
         check_triple(profile)
-    mod = load_mod(task)
-    intrinsics.load_for(str(task.target.get("kind", "llvm")))
-    target = tvm.target.Target(task.target)
-    database = StoreDatabase(store, req.workload_key, mod)
-    tuned = TunedWorkload(req.workload_key, database.workload, target)
-    threads = ctx.config.search_threads
-    cost_model, learned, ranked_by = round_model(store, task, database.workload, target, threads)
-    facts = RoundFacts(trials, False, learned, ranked_by)
-    search = round_search(store, task, tuned, facts, ctx.config)  # the phone host hands off
-    loop = Searcher(mod, target, search, threads, task.name, req.round_id).loop(
-        ctx.builder(profile), ToPhoneHost(sessions, sid, tuned), cost_model,
-        lambda *_: None, ahead=True)  # the phone host commits the records
-    loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=database)
-    return dict(search.counts)
+    w = Workload.load(store, task)
+    where = Where(ToPhoneHost(sessions, sid, w.tuned), lambda *_: None, None, ahead=True)
+    facts, counts = search_round(ctx, store, req, task, w, trials, where)
+    return counts, facts.ranked_by

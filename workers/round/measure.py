@@ -20,23 +20,20 @@ from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult, TuneTask
 from farm.core.profiles import DeviceProfile
-from farm.devices import intrinsics
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore, TaskState
 from farm.store.store import updated
-from farm.tir.module import load_mod
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
+from workers.round.tuning import BATCH, Where, Workload, search_round
 
 if TYPE_CHECKING:
     from workers.round.borrow import Lent
     from workers.round.callback import RoundCounters, StoreCallback
-    from workers.round.database import StoreDatabase
     from workers.round.runner import BoundedRPCRunner
-    from workers.round.search import RoundFacts, StoreAwareSearch, TunedWorkload
+    from workers.round.search import RoundFacts
 
 log = logging.getLogger(__name__)
-BATCH = 16  # candidates per build/measure batch inside a round
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
 ENDED = ("cancelled", "finalized", "failed")
 
@@ -177,6 +174,7 @@ def _slot(ctx: WorkerContext, store: RecordStore,
     gate = ctx.gate
     if gate is None:
         return contextlib.nullcontext()
+    from workers.round.borrow import lend_rounds
     from workers.round.gate import phone_speed, rounds_at_once
 
     def open_slots() -> int:
@@ -185,9 +183,13 @@ def _slot(ctx: WorkerContext, store: RecordStore,
         except ServiceError:  # the tracker is away a moment: keep the last decision
             return max(1, ctx.rounds_at_once)
         registered = info.phones if info is not None else ()
+        profile = ctx.profile(req.device_key)
         n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
-                                len(registered), gate.host_s(),
-                                ctx.profile(req.device_key).host_cpu, gate.pool)
+                                len(registered), gate.host_s(), profile.host_cpu, gate.pool)
+        lent = min(gate.lend_room, lend_rounds(ctx, store, profile, len(registered))) \
+            if gate.lend_room else 0
+        if lent:
+            n, why = min(gate.pool, n + lent), f"{why}; {lent} more searched by helpers"
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
@@ -220,16 +222,13 @@ def _leased(rnd: Round) -> RoundResult:
 
 @dataclass
 class Tuning:
-    """A round's workload as it is tuned: its TIR and target, whether it has one possible
-    schedule, the trials, the store's view of it, the phones' runner and the store callback
-    (with the round's counters)."""
+    """A round's workload as it is tuned (workers/round/tuning.py), whether it has one possible
+    schedule, the trials, the phones' runner and the store callback (with the round's
+    counters)."""
 
-    mod: IRModule
-    target: Target
+    w: Workload
     single: bool
     trials: int
-    database: StoreDatabase
-    tuned: TunedWorkload
     runner: BoundedRPCRunner
     callback: StoreCallback
 
@@ -239,39 +238,32 @@ class Tuning:
 
 
 def _tune(rnd: Round) -> RoundResult:
-    import tvm
-
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.database import StoreDatabase
-    from workers.round.search import RoundFacts, TunedWorkload
+    from workers.round.search import RoundFacts
 
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
     profile = ctx.profile(req.device_key)
     phones = _start(rnd, profile)
-    mod = load_mod(task)
-    intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
-    target = tvm.target.Target(task.target)
-    single = has_single_schedule(mod, target)
-    database = StoreDatabase(store, req.workload_key, mod)
-    tuned = TunedWorkload(req.workload_key, database.workload, target)
+    w = Workload.load(store, task)
+    single = has_single_schedule(w.mod, w.target)
     runner = ctx.runner(profile, phones)
     # the runner: the batches' time on the phones, and which phone measured what
-    callback = StoreCallback(store, tuned, Provenance(req.job_id, ctx.host, req.device_key,
-                                                      task.name, req.round_id),
+    callback = StoreCallback(store, w.tuned, Provenance(req.job_id, ctx.host, req.device_key,
+                                                        task.name, req.round_id),
                              RoundCounters(), rnd.on_progress, runner)
     # one possible schedule: measure it once, never spin a search on it
-    t = Tuning(mod, target, single, 1 if single else rnd.trials, database, tuned, runner,
-               callback)
+    t = Tuning(w, single, 1 if single else rnd.trials, runner, callback)
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
-    runner.set_reference(None if single else _reference(mod, target, profile, work_dir, req))
+    runner.set_reference(None if single else _reference(w.mod, w.target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     try:
         lent = None if single else _borrowed(rnd, t, profile, phones)
         if lent is not None and lent.complete:
-            return replace(_result(rnd, t.counters, lent.counts, RoundFacts(t.trials)),
+            return replace(_result(rnd, t.counters, lent.counts,
+                                   RoundFacts(t.trials, ranked_by=lent.ranked_by)),
                            searched_by=lent.helper)
         rest = t.trials - (lent.measured if lent is not None else 0)
-        result = _search_here(rnd, replace(t, trials=max(1, rest)), profile, phones)
+        result = _search_here(rnd, replace(t, trials=max(1, rest)), phones)
         # the helper's part of it: it searched that much
         return replace(result, requested=t.trials, searched_by=lent.helper) if lent else result
     except Exception as e:
@@ -286,53 +278,38 @@ def _tune(rnd: Round) -> RoundResult:
 
 def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
     """The round's search and builds lent to a helper host (workers/round/borrow.py), when
-    this host is short of cores and a helper is alive; None: not lent."""
+    this host is short of cores and a helper has room; None: not lent."""
     from workers.round.borrow import Borrowing, lend, wanted
     from workers.round.pipeline import device_type
 
     why = wanted(rnd.ctx, rnd.store, profile, phones)
     if why is None:
         return None
-    log.info("round %s of %s on %s: lending its search and builds to a helper (%s)",
-             rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host, why)
-    lent = lend(Borrowing(rnd, t.runner, t.callback, t.tuned, t.trials,
-                          stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.target))
+    lent = lend(Borrowing(rnd, t.runner, t.callback, t.w.tuned, t.trials,
+                          stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.w.target))
+    if lent is None:
+        log.info("round %s of %s on %s: every helper's search sessions are taken; searching "
+                 "here", rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host)
+        return None
+    log.info("round %s of %s on %s: lent its search and builds to %s (%s)",
+             rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host, lent.helper or "no helper",
+             why)
     if not lent.complete:
         log.warning("round %s of %s on %s: %s; searching the rest of the round here",
                     rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host, lent.why)
     return lent
 
 
-def _search_here(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> RoundResult:
+def _search_here(rnd: Round, t: Tuning, phones: int) -> RoundResult:
     """The round's search and builds on this host, a batch ahead of its phones."""
-    from workers.round.costmodel import round_model
-    from workers.round.pipeline import OnPhones, Searcher
-    from workers.round.search import RoundFacts, round_search
+    from workers.round.pipeline import OnPhones
 
-    ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
-    threads = ctx.search_threads(profile)
-    cost_model, learned, ranked_by = (None, 0, "") if t.single else round_model(
-        store, task, t.database.workload, t.target, threads)  # ranked_by "": the first batch
-    facts = RoundFacts(t.trials, t.single, learned, ranked_by)
-    search = round_search(store, task, t.tuned, facts, ctx.config, stop=checker(ctx, store, req))
-    _log_start(rnd, facts, search, phones, threads)
-    loop = Searcher(t.mod, t.target, search, threads, task.name, req.round_id).loop(
-        ctx.builder(profile), OnPhones(t.runner), cost_model, t.callback,
-        ahead=bool(ctx.config.search_ahead))
-    # the search stops at `trials` new; stored proposals use up some of its trials
-    loop.run(max_trials=2 * t.trials, per_batch=min(BATCH, t.trials), database=t.database)
-    return _result(rnd, t.counters, search.counts, facts)
-
-
-def _log_start(rnd: Round, facts: RoundFacts, search: StoreAwareSearch, phones: int,
-               threads: int) -> None:
-    req, ranked_by = rnd.req, facts.ranked_by
-    log.info("round %s of %s on %s: %d trials (%d in store, cost model trained on %d%s, "
-             "%d phones, %d search threads%s)", req.round_index + 1, rnd.task.name, rnd.ctx.host,
-             facts.trials, req.target_trials - rnd.missing, facts.learned,
-             ", cold: first batch at random"
-             if search.cold else f", ranked by {ranked_by}" if ranked_by else "", phones, threads,
-             f", {len(search.verify)} imported records to verify" if search.verify else "")
+    ctx, store, req = rnd.ctx, rnd.store, rnd.req
+    where = Where(OnPhones(t.runner), t.callback, checker(ctx, store, req),
+                  bool(ctx.config.search_ahead))
+    facts, counts = search_round(ctx, store, req, rnd.task, t.w, t.trials, where, t.single,
+                                 phones)
+    return _result(rnd, t.counters, counts, facts)
 
 
 def _start(rnd: Round, profile: DeviceProfile) -> int:
