@@ -186,10 +186,14 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "bench"))
     p.add_argument("--skip", default="",
                    help="sections to skip: phones,hosts,mix,helper; one-host: the hosts "
-                        "section without its 1-host run")
+                        "section without its 1-host run; helper-base: the helper section "
+                        "without its 1-phone run (no efficiency then)")
     p.add_argument("--helper-phones", default="8,16",
                    help="the helper section: phones of the one phone host (pinned to one "
                         "CPU), alone and with a helper host pinned to the other")
+    p.add_argument("--helper-modes", default="serial,ahead,helper",
+                   help="the helper section's runs at each phone count: search serial, a "
+                        "batch ahead, a batch ahead with the helper host")
     p.add_argument("--keep", default="",
                    help="copy each configuration's logs and job outputs under this directory")
     p.add_argument("--pin", action="store_true",
@@ -206,21 +210,22 @@ def main() -> int:
         warm_up = make_model(work / "warm-up.pt2", 8, base=20)
         rows: list[dict[str, Any]] = []
         configs: list[tuple[str, str, list[list[float]]]] = []
-        if "phones" not in args.skip:
+        skip = set(args.skip.split(","))
+        if "phones" not in skip:
             configs += [("phones", f"{n} phones", [[d] * n])
                         for n in map(int, args.phones.split(","))]
-        if "hosts" not in args.skip:
-            configs += [("hosts", "1 host x 2 phones", [[d, d]])] * ("one-host" not in args.skip)
+        if "hosts" not in skip:
+            configs += [("hosts", "1 host x 2 phones", [[d, d]])] * ("one-host" not in skip)
             configs += [("hosts", "2 hosts x 2 phones", [[d, d], [d, d]]),
                         ("hosts", "2 hosts x 2 phones, no hand-off", [[d, d], [d, d]])]
-        if "mix" not in args.skip:
+        if "mix" not in skip:
             configs += [("mix", "2 slow + 2 fast phones", [[d, d, d / 4, d / 4]])]
-        if "helper" not in args.skip:
-            configs += [("helper", "1 phone, pinned", [[d]])]
+        if "helper" not in skip:
+            configs += [("helper", "1 phone, pinned", [[d]])] * ("helper-base" not in skip)
+            modes = {"serial": ", search serial", "ahead": "", "helper": ", + helper"}
             for n in map(int, args.helper_phones.split(",")):
-                configs += [("helper", f"{n} phones, pinned, search serial", [[d] * n]),
-                            ("helper", f"{n} phones, pinned", [[d] * n]),
-                            ("helper", f"{n} phones, pinned, + helper", [[d] * n])]
+                configs += [("helper", f"{n} phones, pinned{modes[m]}", [[d] * n])
+                            for m in args.helper_modes.split(",")]
         for section, name, hosts in configs:
             serial = "search serial" in name
             row = {"section": section, **run_config(

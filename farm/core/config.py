@@ -63,10 +63,10 @@ class FarmConfig:
     # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
     # (a round searches, builds, then measures, so its search may use every core it has)
     search_cores: int = 0
-    # schedules MetaSchedule's evolutionary search keeps and evolves for each batch (its default
-    # is 512). A round's search time grows with it; a small budget (a few trials a round) or a
-    # slow host gains from fewer, a long job on fast phones from more
-    search_population: int = 512
+    # schedules MetaSchedule's evolutionary search keeps and evolves for each batch: 8 per
+    # candidate of a batch of 16, as MetaSchedule's default of 512 is for its batches of 64. A
+    # round's search time grows with it (bench/ahead.md, bench/scaling.md)
+    search_population: int = 128
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1

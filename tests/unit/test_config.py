@@ -176,7 +176,8 @@ def test_a_config_file_reaches_the_processes_the_embedded_farm_starts(tmp_path):
 
 
 def test_search_population_is_a_setting_that_reaches_the_search():
-    assert load_config(env={}).search_population == 512  # MetaSchedule's own default
+    # MetaSchedule's 512 schedules for batches of 64, for the farm's batches of 16
+    assert load_config(env={}).search_population == 128
     assert load_config(env={"FARM_SEARCH_POPULATION": "64"}).search_population == 64
     with pytest.raises(UsageError, match="search_population must be >= 1"):
         load_config(env={"FARM_SEARCH_POPULATION": "0"})

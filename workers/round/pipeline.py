@@ -22,9 +22,10 @@ import functools
 import logging
 import os
 import shutil
+import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 TVM_LOG = logging.getLogger("tunefarm.metaschedule")
 TVM_LOG.setLevel(logging.WARNING)
 # told each measured batch: its candidates, build results and run results (the store's callback)
+PARTS = ("space", "search", "build", "phones", "tell", "model")  # what a round's wall goes to
 OnResults = Callable[[list[MeasureCandidate], list[BuilderResult], list[RunnerResult]], None]
 
 
@@ -102,10 +104,22 @@ class Loop:
     on_results: OnResults
     ahead: bool = True
     batches: int = 0  # batches measured
+    # wall seconds of each part: search, build, waiting for the phones, telling the
+    # search and store, cost model update
+    spent: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+
+    @contextlib.contextmanager
+    def _timed(self, part: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent[part] += time.monotonic() - t0
 
     def run(self, max_trials: int, per_batch: int, database: TVMDatabase) -> None:
         """Batches until the search proposes no more or `max_trials` candidates were sent."""
-        spaces = self.ctx.generate_design_space()
+        with self._timed("space"):
+            spaces = self.ctx.generate_design_space()
         self.ctx.pre_tuning(max_trials=max_trials, num_trials_per_iter=per_batch,
                             design_spaces=spaces, database=database, cost_model=self.cost_model)
         flight: Flight | None = None
@@ -113,8 +127,10 @@ class Loop:
         sent = 0
         try:
             while True:
-                cands = self.ctx.generate_measure_candidates() if sent < max_trials else None
-                built = self._build(cands) if cands else None
+                with self._timed("search"):
+                    cands = self.ctx.generate_measure_candidates() if sent < max_trials else None
+                with self._timed("build"):
+                    built = self._build(cands) if cands else None
                 if flight is not None:  # the batch on the phones while that was searched
                     self._join(flight)
                     flight = None
@@ -139,15 +155,18 @@ class Loop:
 
     def _join(self, flight: Flight) -> None:
         """The batch's results, told in order: search, store, cost model; artifacts removed."""
-        results = flight.results()
+        with self._timed("phones"):
+            results = flight.results()
         self.batches += 1
         try:
-            self.ctx.notify_runner_results(flight.cands, results)
-            self.on_results(flight.cands, flight.built, results)
+            with self._timed("tell"):
+                self.ctx.notify_runner_results(flight.cands, results)
+                self.on_results(flight.cands, flight.built, results)
         finally:
             _remove(flight.built)
         if self.cost_model is not None:
-            self._update_model(flight, results)
+            with self._timed("model"):
+                self._update_model(flight, results)
 
     def _update_model(self, flight: Flight, results: list[RunnerResult]) -> None:
         """MetaSchedule's UpdateCostModel: what was built and either failed on the phone or

@@ -146,9 +146,12 @@ def baseline_candidate(workload: Workload) -> MeasureCandidate:
     return MeasureCandidate(sch, ArgInfo.from_prim_func(workload.mod["main"]))
 
 
-def evolutionary(population: int = 512) -> SearchStrategy:
+def evolutionary(population: int = 128) -> SearchStrategy:
     """MetaSchedule's evolutionary search keeping `population` schedules per batch (the
-    `search_population` setting; MetaSchedule's own default is 512)."""
+    `search_population` setting). MetaSchedule's default is 512 for batches of 64 (tune_tir's
+    num_trials_per_iter); a round's batches are 16, and the farm's default keeps the same 8
+    schedules per candidate picked: the search of a batch costs a quarter (it evolves and
+    ranks each schedule of the population 4 times), which is what feeds 8-16 phones."""
     return SearchStrategy.create("evolutionary", population_size=population,
                                  init_min_unmeasured=min(50, population))
 

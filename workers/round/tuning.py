@@ -5,6 +5,7 @@ measured (`Measure`), what the store is told of it, and the hand-off check diffe
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -71,6 +72,7 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     from workers.round.pipeline import Searcher
     from workers.round.search import RoundFacts, round_search
 
+    t0 = time.monotonic()
     profile = ctx.profile(req.device_key)
     threads = ctx.search_threads(profile)
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
@@ -78,10 +80,15 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     facts = RoundFacts(trials, single, learned, ranked_by)
     search = round_search(store, task, w.tuned, facts, ctx.config, stop=where.stop)
     _log_start(ctx, req, task, facts, (search.cold, len(search.verify)), (phones, threads))
+    setup_s = time.monotonic() - t0
     loop = Searcher(w.mod, w.target, search, threads, task.name, req.round_id).loop(
         ctx.builder(profile), where.measure, cost_model, where.on_results, ahead=where.ahead)
     # the search stops at `trials` new; stored proposals use up some of its trials
     loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=w.database)
+    log.info("round %s of %s on %s: %d batches in %.1f s: cost model and search set up %.1f "
+             "s, %s", req.round_index + 1, task.name, ctx.host, loop.batches,
+             time.monotonic() - t0, setup_s,
+             ", ".join(f"{part} {s:.1f} s" for part, s in loop.spent.items()))
     return facts, dict(search.counts)
 
 
