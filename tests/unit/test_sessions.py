@@ -140,7 +140,9 @@ class Profile:
     ("always", False, False, 16, False),  # no helper alive
     ("never", False, True, 16, False),
     ("always", True, True, 16, False),  # phones on this host's CPU never borrow
-    ("auto", False, True, 16, True),  # not measured yet: 16 phones on a few cores
+    ("auto", False, True, 16, True),  # 16 phones on a few cores
+    ("auto", False, True, 3, True),  # more phones than cores
+    ("auto", False, True, 2, False),  # not measured yet: a core per phone
     ("auto", False, True, 1, False),
 ])
 def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper, phones, lends):

@@ -1,9 +1,9 @@
 """A phone host's half of a lent round: a helper host searches and builds, the phones measure.
 
-A round on a host whose phones measure a batch faster than the host searches and builds one
-(8-16 phones on a small host) lends its search and builds to a helper host (`farm worker
---helper`) when one is alive (`borrow_search`: "auto"; "always" whenever a helper is alive;
-"never"). The round stays this host's: its lease, fence, phones, records and result. It
+A round on a host short of cores for its phones (more phones than cores: 8-16 phones on a
+small host; or the gate measured it slower per batch than its phones) lends its search and
+builds to a helper host (`farm worker --helper`) when one has room (`borrow_search`: "auto";
+"always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence, phones, records and result. It
 opens a search session (farm/store/sessions.py), sends the helper's task, and measures each
 built batch the helper pushes, committing the records as any round does, then pushes the
 results back (the helper: workers/round/lend.py).
@@ -95,10 +95,10 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
         return None
     if mode == "always":
         return f"borrow_search = always; helpers {', '.join(alive)}"
+    if phones > usable_cores():  # a phone per core at least: its rounds wait for the search
+        return f"{phones} phones on {usable_cores()} cores"
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
-    if host_s is None:  # not measured yet: more phones than twice the cores is short of cores
-        if phones > 2 * usable_cores():
-            return f"{phones} phones on {usable_cores()} cores"
+    if host_s is None:
         return None
     from farm.devices import tracker as tracker_mod
     from workers.round.gate import phone_speed
