@@ -45,13 +45,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _lua(name: str) -> str:
+def lua_script(name: str) -> str:
+    """A Lua script of the store, from this folder."""
     return Path(__file__).with_name(name).read_text()
 
 
-_BEST = _lua("best.lua")  # shared functions, prepended to the scripts that keep the best
-KEEP_BEST = _BEST + _lua("keep_best.lua")
-REMOVE = _BEST + _lua("remove_records.lua")
+_BEST = lua_script("best.lua")  # shared functions, prepended to the scripts that keep the best
+KEEP_BEST = _BEST + lua_script("keep_best.lua")
+REMOVE = _BEST + lua_script("remove_records.lua")
 REPLICAS_READ_S = 10.0  # how often a client asks the primary how many replicas it has
 REPLICA_WAIT_S = 2.0  # how long a commit waits for one replica's acknowledgment
 _FULL = ("the store is full (Redis maxmemory reached, it evicts nothing)",

@@ -17,16 +17,16 @@ from farm.core.messages import JobSpec
 from farm.store import redis_url
 from farm.store.hosts import HostBeat
 from farm.store.phones import RedisPhoneLedger
-from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, Replicas, _lua
+from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, Replicas, lua_script
 from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
     from farm.store.features import LocalFeatures
 
-_RELEASE_LEASE = _lua("release_lease.lua")
-_LEASE = _lua("lease.lua")
-_FINISH_ROUND = _lua("finish_round.lua")
+_RELEASE_LEASE = lua_script("release_lease.lua")
+_LEASE = lua_script("lease.lua")
+_FINISH_ROUND = lua_script("finish_round.lua")
 
 
 class _State(TypedDict):
