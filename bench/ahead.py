@@ -105,8 +105,15 @@ def _markdown(res: dict[str, Any], first: str, second: str) -> str:
         lines.append(f"| {r['repeat']} | {r['side']} | {r['tuning_s']} | {r['trials']} | "
                      f"{r['measure_s']} | {r['tuned_us']} |")
     m, t = res["median_tuned_us"], res["median_tuning_s"]
+    mean = {s: statistics.mean(r["tuned_us"] for r in res["runs"] if r["side"] == s)
+            for s in (first, second)}
+    spread = {s: (min(r["tuned_us"] for r in res["runs"] if r["side"] == s),
+                  max(r["tuned_us"] for r in res["runs"] if r["side"] == s))
+              for s in (first, second)}
     lines += ["", f"Median tuned latency: {first} **{m[first]:.2f} us**, {second} "
-              f"**{m[second]:.2f} us**: ratio **{res['ratio']}** (target: within 2 %). Torch "
+              f"**{m[second]:.2f} us**: ratio **{res['ratio']}** (target: within 2 %); mean "
+              f"{mean[first]:.2f} vs {mean[second]:.2f} us, runs {spread[first][0]}-"
+              f"{spread[first][1]} vs {spread[second][0]}-{spread[second][1]} us. Torch "
               f"{res['torch_us']:.1f} us, untuned {res['untuned_us']:.1f} us. Median tuning "
               f"wall: {first} {t[first]} s, {second} {t[second]} s.", ""]
     return "\n".join(lines)
