@@ -20,7 +20,7 @@ from farm.store import open_store
 from tests.helpers import run_farm
 
 pytestmark = pytest.mark.integration
-STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO workers\.round\.measure: round 1 of (\S+) on "
+STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO workers\.round\.(?:measure|tuning): round 1 of (\S+) on "
 
 
 def round_spans(log: str) -> dict[str, tuple[datetime, datetime]]:
