@@ -152,7 +152,8 @@ def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper,
     monkeypatch.setattr(borrow, "usable_cores", lambda: 2)
     store = Hosts([Beat("farm@phones", ["tune.k"])]
                   + ([Beat("farm@helper", [SEARCH_QUEUE])] if helper else []))
-    why = borrow.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones)
+    why = borrow.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones,
+                        borrow.Helpers.read(store))
     assert (why is not None) == lends, why
 
 
@@ -165,7 +166,7 @@ def test_a_lending_host_runs_a_round_more_per_helper_session_it_holds_or_is_free
     store = Hosts([Beat("farm@phones", ["tune.k"]), Beat("farm@h1", [SEARCH_QUEUE], 2),
                    Beat("farm@h2", [SEARCH_QUEUE], 1)])
     ctx = Ctx(Config("auto", clean_redis), host="farm@phones")
-    assert borrow.helper_room(store) == 3
+    assert borrow.Helpers.read(store) == borrow.Helpers(("farm@h1", "farm@h2"), 3)
     assert borrow.lend_rounds(ctx, store, Profile(), 8) == 3  # all free
     sessions.open(sessions.session_id("farm@other", "r", "1"), "farm@other", 5, room=3)
     sessions.open(sessions.session_id("farm@other", "r", "2"), "farm@other", 5, room=3)

@@ -3,8 +3,8 @@
 A round on a host short of cores for its phones (more phones than cores: 8-16 phones on a
 small host; or the gate measured it slower per batch than its phones) lends its search and
 builds to a helper host (`farm worker --helper`) when one has room (`borrow_search`: "auto";
-"always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence, phones, records and result. It
-opens a search session (farm/store/sessions.py), sends the helper's task, and measures each
+"always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence,
+phones, records and result. It opens a search session (farm/store/sessions.py), sends the helper's task, and measures each
 built batch the helper pushes, committing the records as any round does, then pushes the
 results back (the helper: workers/round/lend.py).
 
@@ -13,11 +13,12 @@ measured; its kernels run on the phones (phones hold no secrets; a helper is a h
 lab, with the broker's password). Phones emulated on this host's CPU never borrow: they
 share its cores, and the kernels would run on this host.
 
-A host that lends runs more rounds of a key at once (its gate, workers/round/measure.py):
-its own two, searched here, and as many more as the helpers have free sessions, lent
-(`lend_rounds`); a round lends only while a helper has room (`SearchSessions.open`), else it
-searches here at once rather than wait for one. So the phones are fed by both: the helpers'
-cores and this host's.
+A host that lends runs as many rounds of a key at once as the helpers have sessions for it
+(its gate, workers/round/measure.py: `lend_rounds`, the sessions it holds and the free ones),
+and its own two only as far as the helpers cannot take them: the helpers' sessions replace
+this host's searches, since on a host short of cores its own search and builds take the CPU
+that measuring its phones needs. A round lends only while a helper has room
+(`SearchSessions.open`), else it searches here at once rather than wait for one.
 
 If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
 machine gone), or it fails, the round searches the rest of its trials here: what the helper's
@@ -29,6 +30,7 @@ kernels': it is not stored, and the round goes on here.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -63,56 +65,66 @@ log = logging.getLogger(__name__)
 CLAIM_S = 10.0  # how long a round waits for a helper to take its session
 
 
-def helpers(store: RecordStore) -> list[str]:
-    """The live helper hosts (their heartbeats say they consume the search queue)."""
-    return sorted(h.name for h in store.hosts() if SEARCH_QUEUE in h.queues)
+@dataclass(frozen=True)
+class Helpers:
+    """The live helper hosts (their heartbeats say they consume the search queue) and the
+    search sessions they serve at once, together."""
+
+    names: tuple[str, ...]
+    room: int
+
+    @classmethod
+    def read(cls, store: RecordStore) -> Helpers:
+        beats = [h for h in store.hosts() if SEARCH_QUEUE in h.queues]
+        return cls(tuple(sorted(h.name for h in beats)), sum(max(0, h.searches) for h in beats))
 
 
-def helper_room(store: RecordStore) -> int:
-    """The search sessions the live helpers serve at once, together."""
-    return sum(max(0, h.searches) for h in store.hosts() if SEARCH_QUEUE in h.queues)
-
-
-def lend_rounds(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
-                phones: int) -> int:
-    """Rounds of the key this host may run beyond its own, lent: its open sessions and the
-    helpers' free ones (0 when its rounds do not lend)."""
-    if wanted(ctx, store, profile, phones) is None:
+def lend_rounds(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phones: int,
+                phone_s: Callable[[], float | None] | None = None) -> int:
+    """Rounds of the key this host may have lent at once: its open sessions and the helpers'
+    free ones (0 when its rounds do not lend). `phone_s`: the phones' measured speed, when
+    the caller has read it."""
+    alive = Helpers.read(store)
+    if wanted(ctx, store, profile, phones, alive, phone_s) is None:
         return 0
     live = SearchSessions(str(ctx.config.store_url)).open_now()
     mine = sum(1 for sid in live if sid.startswith(f"{ctx.host}/"))
-    return mine + max(0, helper_room(store) - len(live))
+    return mine + max(0, alive.room - len(live))
 
 
-def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile,
-           phones: int) -> str | None:
-    """Why this round lends its search to a helper; None: it searches here."""
+def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phones: int,
+           alive: Helpers, phone_s: Callable[[], float | None] | None = None) -> str | None:
+    """Why this round lends its search to one of the `alive` helpers; None: it searches here.
+    `phone_s`: the mean measurement time of the key's phones here (default: asked of the
+    tracker and the store)."""
     mode = ctx.config.borrow_search
-    if mode == "never" or profile.host_cpu or ctx.app is None:
-        return None
-    alive = helpers(store)
-    if not alive:
+    if mode == "never" or profile.host_cpu or ctx.app is None or not alive.names:
         return None
     if mode == "always":
-        return f"borrow_search = always; helpers {', '.join(alive)}"
+        return f"borrow_search = always; helpers {', '.join(alive.names)}"
     if phones > usable_cores():  # a phone per core at least: its rounds wait for the search
         return f"{phones} phones on {usable_cores()} cores"
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
     if host_s is None:
         return None
+    from workers.round.tuning import BATCH
+
+    per_batch = BATCH * ((phone_s or functools.partial(_phone_s, ctx, store, profile))()
+                         or 0.0) / max(1, phones)
+    if host_s > per_batch > 0:
+        return f"this host needs {host_s:.1f} s a batch, its {phones} phones {per_batch:.1f} s"
+    return None
+
+
+def _phone_s(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile) -> float | None:
     from farm.devices import tracker as tracker_mod
     from workers.round.gate import phone_speed
-    from workers.round.measure import BATCH
 
     try:
         info = tracker_mod.phones(ctx.tracker).get(profile.key)
     except ServiceError:  # the tracker is away a moment: the round waits for it here
         return None
-    phone_s = phone_speed(store, profile.key, info.phones if info is not None else ()) or 0.0
-    per_batch = BATCH * phone_s / max(1, phones)
-    if host_s > per_batch > 0:
-        return f"this host needs {host_s:.1f} s a batch, its {phones} phones {per_batch:.1f} s"
-    return None
+    return phone_speed(store, profile.key, info.phones if info is not None else ())
 
 
 @dataclass
@@ -142,14 +154,14 @@ class Borrowing:
     stop: Callable[[], bool] | None = None
 
 
-def lend(b: Borrowing, device: str) -> Lent | None:
+def lend(b: Borrowing, device: str, room: int) -> Lent | None:
     """Open a session, have a helper take it, measure its batches until its search ends (or
-    the helper is lost, or the round hands off). None: every helper session is taken."""
+    the helper is lost, or the round hands off). None: all `room` helper sessions are taken."""
     ctx, req = b.rnd.ctx, b.rnd.req
     sessions = SearchSessions(str(ctx.config.store_url))
     sid = sessions.session_id(ctx.host, req.round_id, uuid.uuid4().hex[:8])
     ttl_s = session_ttl(ctx.config)
-    if not sessions.open(sid, ctx.host, ttl_s, helper_room(b.rnd.store)):
+    if not sessions.open(sid, ctx.host, ttl_s, room):
         return None
     assert ctx.app is not None
     ctx.app.send_task(SEARCH_TASK, args=[{"session": sid, "round": req.to_json(),

@@ -22,9 +22,10 @@ measure faster than the host builds (M < H) share its cores with the search, and
 the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
 for such phones, two otherwise.
 
-A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs more:
-its own two, and one more per helper session it holds or a helper has free (the helpers'
-cores search those; this host only measures them), LEND_ROUNDS more at most.
+A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs one round
+per helper session it holds or a helper has free (the helpers' cores search those; this
+host only measures them), up to LEND_ROUNDS more than its own two, and of its own two only
+those the helpers cannot take (its cores are short: its own search would slow the measuring).
 
 The Celery pool of the worker has room for two rounds per key it serves and LEND_ROUNDS
 more when its rounds may lend (`pool_size`); each round takes a slot of its key at the gate
@@ -48,9 +49,8 @@ from farm.core.cores import usable_cores
 if TYPE_CHECKING:
     from farm.store import RecordStore
 
-BATCH = 16  # candidates per batch (workers/round/measure.py's BATCH)
 MAX_POOL = 6  # a worker's own rounds (lent ones come on top)
-LEND_ROUNDS = 2  # rounds a host runs beyond its own two while helpers search them
+LEND_ROUNDS = 2  # rounds a host may run beyond its own two while helpers search them
 
 
 def pool_size(keys: int, lends: bool = False) -> int:
@@ -67,6 +67,8 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
+    from workers.round.tuning import BATCH
+
     per_batch = BATCH * phone_s / max(1, phones)
     if host_cpu and per_batch < host_s:
         return 1, (f"phones on this host's CPU measure a batch in {per_batch:.1f} s, faster "

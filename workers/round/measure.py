@@ -184,12 +184,14 @@ def _slot(ctx: WorkerContext, store: RecordStore,
             return max(1, ctx.rounds_at_once)
         registered = info.phones if info is not None else ()
         profile = ctx.profile(req.device_key)
-        n, why = rounds_at_once(phone_speed(store, req.device_key, registered),
-                                len(registered), gate.host_s(), profile.host_cpu, gate.pool)
-        lent = min(gate.lend_room, lend_rounds(ctx, store, profile, len(registered))) \
-            if gate.lend_room else 0
-        if lent:
-            n, why = min(gate.pool, n + lent), f"{why}; {lent} more searched by helpers"
+        speed = phone_speed(store, req.device_key, registered)
+        n, why = rounds_at_once(speed, len(registered), gate.host_s(), profile.host_cpu,
+                                gate.pool)
+        lent = min(gate.lend_room + n, lend_rounds(ctx, store, profile, len(registered),
+                                                   lambda: speed)) if gate.lend_room else 0
+        if lent:  # the helpers' sessions replace this host's own searches
+            n, why = min(gate.pool, max(n, lent)), (
+                f"{why}; {lent} searched by helpers, {max(0, n - lent)} here")
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
@@ -279,14 +281,16 @@ def _tune(rnd: Round) -> RoundResult:
 def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
     """The round's search and builds lent to a helper host (workers/round/borrow.py), when
     this host is short of cores and a helper has room; None: not lent."""
-    from workers.round.borrow import Borrowing, lend, wanted
+    from workers.round.borrow import Borrowing, Helpers, lend, wanted
     from workers.round.pipeline import device_type
 
-    why = wanted(rnd.ctx, rnd.store, profile, phones)
+    alive = Helpers.read(rnd.store)
+    why = wanted(rnd.ctx, rnd.store, profile, phones, alive)
     if why is None:
         return None
     lent = lend(Borrowing(rnd, t.runner, t.callback, t.w.tuned, t.trials,
-                          stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.w.target))
+                          stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.w.target),
+                alive.room)
     if lent is None:
         log.info("round %s of %s on %s: every helper's search sessions are taken; searching "
                  "here", rnd.req.round_index + 1, rnd.task.name, rnd.ctx.host)
