@@ -13,12 +13,13 @@ measured; its kernels run on the phones (phones hold no secrets; a helper is a h
 lab, with the broker's password). Phones emulated on this host's CPU never borrow: they
 share its cores, and the kernels would run on this host.
 
-A host that lends runs as many rounds of a key at once as the helpers have sessions for it
-(its gate, workers/round/measure.py: `lend_rounds`, the sessions it holds and the free ones),
-and its own two only as far as the helpers cannot take them: the helpers' sessions replace
-this host's searches, since on a host short of cores its own search and builds take the CPU
-that measuring its phones needs. A round lends only while a helper has room
-(`SearchSessions.open`), else it searches here at once rather than wait for one.
+A host that lends runs more rounds of a key at once (its gate, workers/round/measure.py):
+its own two, searched here, and as many more as the helpers have free sessions, lent
+(`lend_rounds`); a round lends only while a helper has room (`SearchSessions.open`), else it
+searches here at once rather than wait for one. So the phones are fed by both: the helpers'
+cores and this host's (measured, bench/scaling.md 2026-12-06: lending every round and
+searching none here was no faster with 8 phones and slower with 16, the host's core then
+half idle).
 
 If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
 machine gone), or it fails, the round searches the rest of its trials here: what the helper's

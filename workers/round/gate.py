@@ -22,10 +22,9 @@ measure faster than the host builds (M < H) share its cores with the search, and
 the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
 for such phones, two otherwise.
 
-A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs one round
-per helper session it holds or a helper has free (the helpers' cores search those; this
-host only measures them), up to LEND_ROUNDS more than its own two, and of its own two only
-those the helpers cannot take (its cores are short: its own search would slow the measuring).
+A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs more:
+its own two, and one more per helper session it holds or a helper has free (the helpers'
+cores search those; this host only measures them), LEND_ROUNDS more at most.
 
 The Celery pool of the worker has room for two rounds per key it serves and LEND_ROUNDS
 more when its rounds may lend (`pool_size`); each round takes a slot of its key at the gate
@@ -50,7 +49,7 @@ if TYPE_CHECKING:
     from farm.store import RecordStore
 
 MAX_POOL = 6  # a worker's own rounds (lent ones come on top)
-LEND_ROUNDS = 2  # rounds a host may run beyond its own two while helpers search them
+LEND_ROUNDS = 2  # rounds a host runs beyond its own two while helpers search them
 
 
 def pool_size(keys: int, lends: bool = False) -> int:

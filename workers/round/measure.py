@@ -187,11 +187,10 @@ def _slot(ctx: WorkerContext, store: RecordStore,
         speed = phone_speed(store, req.device_key, registered)
         n, why = rounds_at_once(speed, len(registered), gate.host_s(), profile.host_cpu,
                                 gate.pool)
-        lent = min(gate.lend_room + n, lend_rounds(ctx, store, profile, len(registered),
-                                                   lambda: speed)) if gate.lend_room else 0
-        if lent:  # the helpers' sessions replace this host's own searches
-            n, why = min(gate.pool, max(n, lent)), (
-                f"{why}; {lent} searched by helpers, {max(0, n - lent)} here")
+        lent = min(gate.lend_room, lend_rounds(ctx, store, profile, len(registered),
+                                               lambda: speed)) if gate.lend_room else 0
+        if lent:
+            n, why = min(gate.pool, n + lent), f"{why}; {lent} more searched by helpers"
         if n != ctx.rounds_at_once:
             log.info("worker %s: %d round(s) at once: %s", ctx.host, n, why)
             ctx.rounds_at_once = n
