@@ -26,7 +26,11 @@ Configurations, one after another (never two at once):
 
 Per configuration: job trials/min over the tuning phase (first round sent -> last task done,
 summary.json's tuning_s), phone utilization (summary.json: busy / tuning wall, mean over the
-phones), job efficiency = rate(n) / (n x rate(1)). Writes <out>/scaling.json and scaling.md.
+phones), job efficiency = rate(n) / (n x rate(1)); pinned, each CPU's busy share over the
+job's submit (host 0 on the first CPU, the helper on the next; the submit's own import and
+compile float over both) and the helper's CPU seconds per measured trial (its CPU's busy
+share x the submit's wall / trials): what one helper core can feed. Writes
+<out>/scaling.json and scaling.md.
 """
 
 from __future__ import annotations
@@ -87,6 +91,16 @@ def wait_warm(worker_log: Path, processes: int, timeout_s: float = 300) -> None:
     raise SystemExit(f"workers not warm within {timeout_s:.0f} s: {worker_log}")
 
 
+def cpu_busy(before: list[Any], after: list[Any]) -> list[float]:
+    """Each CPU's busy fraction between two psutil.cpu_times(percpu=True) readings."""
+    out = []
+    for a, b in zip(before, after, strict=True):
+        total = sum(b) - sum(a)
+        idle = (b.idle + getattr(b, "iowait", 0)) - (a.idle + getattr(a, "iowait", 0))
+        out.append(round(1 - idle / total, 3) if total > 0 else 0.0)
+    return out
+
+
 def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "farm", "submit", str(model), "--trials-per-task", str(trials),
@@ -108,6 +122,8 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
     only: each emulated host is a 1-core machine of its own. With `helper`, a helper host
     (`farm worker --helper`, no phones) too, pinned to the CPU after the hosts'. `env`: the
     workers' settings."""
+    import psutil
+
     from farm.devices.tracker import phone_address, wait_for_phones
     from farm.local import services
     root = work / name
@@ -153,9 +169,9 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
         # the pool processes the gate opens (each pays TVM's first-round costs once)
         submit(warm_up, 4, root / "warm-up", trackers[0], url, root)
         out = root / "out"
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), psutil.cpu_times(percpu=True)
         submit(model, trials, out, trackers[0], url, root)
-        wall = time.monotonic() - t0
+        wall, busy = time.monotonic() - t0, cpu_busy(cpu0, psutil.cpu_times(percpu=True))
     finally:
         group.stop()
         if keep is not None:  # the logs and the job's outputs, for a look at the timeline
@@ -170,6 +186,11 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
             "tuning_s": round(s["tuning_s"], 1), "wall_s": round(wall, 1),
             "job_trials_per_min": round(trials_done / s["tuning_s"] * 60, 1),
             "phone_utilization": s["phone_utilization"],
+            # pinned: each CPU's busy share over the job's submit (import and compile too),
+            # host h on cpus[h], the helper on the next
+            "cpu_busy": [busy[c] for c in cpus[:len(hosts) + helper]] if pin else None,
+            "helper_cpu_s_per_trial": round(busy[cpus[len(hosts)]] * wall / max(1, trials_done),
+                                            3) if pin and helper else None,
             "per_phone": [{"phone": p["phone"], "worker": p["worker"],
                            "delay_s": delay_of.get(p["phone"]),
                            "measurements": p["measurements"],
@@ -254,11 +275,15 @@ def main() -> int:
              f"{', each host pinned to one CPU' if args.pin else ''})", "", __doc__.split(
                  "\n\n", 1)[1].strip(), "",
              "| section | config | phones | trials | tuning s | job trials/min | speed-up | "
-             "job efficiency | phone utilization |", "|---|---|---|---|---|---|---|---|---|"]
+             "job efficiency | phone utilization | CPU busy (pinned: hosts, helper) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        cpus = " / ".join(map(str, r["cpu_busy"])) if r.get("cpu_busy") else "-"
+        if r.get("helper_cpu_s_per_trial"):
+            cpus += f" (helper {r['helper_cpu_s_per_trial']} s a trial)"
         lines.append(f"| {r['section']} | {r['config']} | {r['phones']} | {r['trials']} | "
                      f"{r['tuning_s']} | {r['job_trials_per_min']} | {r.get('speedup', '-')} | "
-                     f"{r.get('job_efficiency', '-')} | {r['phone_utilization']} |")
+                     f"{r.get('job_efficiency', '-')} | {r['phone_utilization']} | {cpus} |")
     for r in rows:
         if r["section"] == "mix":
             lines += ["", f"Mix ({r['config']}): measurements per phone", ""]
