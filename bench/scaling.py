@@ -8,9 +8,10 @@ its emulated phones and a `farm worker` with the automatic gate), waited for unt
 are warm, then one `farm submit` of the same model (a stack of `--layers` dense layers of
 different widths: one tuning task each), `--trials` trials per task, one round per task.
 Phones are slow emulated phones (farm/devices/phone.py): each measurement session sleeps
-`--delay-s`, like a real phone's upload and run, and uses little host CPU. They stand for
-real phones, so their device key (`slow-phone`, a farm.toml the bench writes) is not
-`host_cpu`: the worker treats them as devices of their own (search threads, gate).
+`--delay-s`, like a real phone's upload and run, and runs its kernel briefly
+(`--min-repeat-ms`, default 0), so that it uses little host CPU. They stand for real
+phones, so their device key (`slow-phone`, a farm.toml the bench writes) is not `host_cpu`:
+the worker treats them as devices of their own (search threads, gate).
 
 Configurations, one after another (never two at once):
 - 1, 2, 4, 8 phones on one host;
@@ -53,17 +54,22 @@ sys.path.insert(0, str(ROOT))
 KEY = "slow-phone"
 
 
-def slow_phone_profile(work: Path) -> Path:
+def slow_phone_profile(work: Path, min_repeat_ms: int = 0) -> Path:
     """The bench's phones stand for real slow phones: a device key of their own whose
     profile is not `host_cpu` (a real phone's measurement takes none of the host's cores, so
     the worker's rules for devices of their own apply: workers/round/gate.py, measure.py), with
-    this CPU as the target (the emulated phones run its code). Returns the farm.toml."""
+    this CPU as the target (the emulated phones run its code). Their evaluator runs a kernel
+    `min_repeat_ms` at least (default 0: a few runs; the sleep stands for the phone's upload
+    and run): at the profiles' default of 100 each measurement ran its kernel 0.1 s or more on
+    the emulated phone, i.e. on the phone host's CPU, work a real phone host never does.
+    Returns the farm.toml."""
     from farm.devices.hostcpu import system_cpu
 
     cpu = system_cpu()
     mcpu = f', mcpu = "{cpu}"' if cpu else ""
     path = work / "farm.toml"
     path.write_text(f'[profiles.{KEY}]\ntarget = {{ kind = "llvm"{mcpu} }}\nhost_cpu = false\n'
+                    f'min_repeat_ms = {min_repeat_ms}\n'
                     'notes = "bench/scaling.py: slow emulated phones"\n')
     return path
 
@@ -217,6 +223,10 @@ def main() -> int:
                         "batch ahead, a batch ahead with the helper host")
     p.add_argument("--keep", default="",
                    help="copy each configuration's logs and job outputs under this directory")
+    p.add_argument("--min-repeat-ms", type=int, default=0,
+                   help="the phones' evaluator: each measurement runs its kernel this long at "
+                        "least, on the emulated phone (this machine's CPU); 100 is the "
+                        "profiles' default (the runs before 2026-12-06 06:00)")
     p.add_argument("--pin", action="store_true",
                    help="each emulated host (tracker, phones, worker) on one CPU of its own: "
                         "1 host vs 2 hosts is then 1 core vs 2, as separate machines would be")
@@ -226,7 +236,7 @@ def main() -> int:
     d = args.delay_s
     with tempfile.TemporaryDirectory(prefix="farm-scaling-") as tmp:
         work = Path(tmp)
-        os.environ["FARM_CONFIG"] = str(slow_phone_profile(work))  # workers and submits
+        os.environ["FARM_CONFIG"] = str(slow_phone_profile(work, args.min_repeat_ms))  # workers and submits
         model = make_model(work / "stack.pt2", args.layers)
         warm_up = make_model(work / "warm-up.pt2", 8, base=20)
         rows: list[dict[str, Any]] = []
