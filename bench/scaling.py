@@ -6,7 +6,8 @@
 Every configuration is a lab farm of its own on loopback (a fresh Redis, per host a tracker,
 its emulated phones and a `farm worker` with the automatic gate), waited for until its workers
 are warm, then one `farm submit` of the same model (a stack of `--layers` dense layers of
-different widths: one tuning task each), `--trials` trials per task, one round per task.
+different widths: one tuning task each), `--trials` trials per task, one round per task
+(`--round-trials` less: more rounds).
 Phones are slow emulated phones (farm/devices/phone.py): each measurement session sleeps
 `--delay-s`, like a real phone's upload and run, and runs its kernel briefly
 (`--min-repeat-ms`, default 0), so that it uses little host CPU. They stand for real
@@ -107,10 +108,11 @@ def cpu_busy(before: list[Any], after: list[Any]) -> list[float]:
     return out
 
 
-def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Path) -> None:
+def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Path,
+           round_trials: int = 0) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "farm", "submit", str(model), "--trials-per-task", str(trials),
-         "--round-trials", str(trials), "--out", str(out), "--tracker", tracker,
+         "--round-trials", str(round_trials or trials), "--out", str(out), "--tracker", tracker,
          "--device-key", KEY,
          "--timeout", "3600", "--wait-for-devices", "120"],
         capture_output=True, text=True,
@@ -122,7 +124,7 @@ def submit(model: Path, trials: int, out: Path, tracker: str, url: str, root: Pa
 def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, trials: int,
                work: Path, pin: bool = False, handoff: bool = True,
                keep: Path | None = None, helper: bool = False,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+               env: dict[str, str] | None = None, round_trials: int = 0) -> dict[str, Any]:
     """One lab farm (hosts: each a list of its phones' delays), one job; its numbers. With
     `pin`, host h's tracker, phones and worker (and the processes they start) run on CPU h
     only: each emulated host is a 1-core machine of its own. With `helper`, a helper host
@@ -176,7 +178,7 @@ def run_config(name: str, hosts: list[list[float]], model: Path, warm_up: Path, 
         submit(warm_up, 4, root / "warm-up", trackers[0], url, root)
         out = root / "out"
         t0, cpu0 = time.monotonic(), psutil.cpu_times(percpu=True)
-        submit(model, trials, out, trackers[0], url, root)
+        submit(model, trials, out, trackers[0], url, root, round_trials)
         wall, busy = time.monotonic() - t0, cpu_busy(cpu0, psutil.cpu_times(percpu=True))
     finally:
         group.stop()
@@ -210,6 +212,8 @@ def main() -> int:
     p.add_argument("--delay-s", type=float, default=1.0)
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--round-trials", type=int, default=0,
+                   help="trials of a round (default: --trials, one round per task)")
     p.add_argument("--out", default=str(ROOT / "bench"))
     p.add_argument("--skip", default="",
                    help="sections to skip: phones,hosts,mix,helper; one-host: the hosts "
@@ -264,7 +268,8 @@ def main() -> int:
                 warm_up, args.trials, work, args.pin or section == "helper",
                 handoff="no hand-off" not in name, keep=Path(args.keep) if args.keep else None,
                 helper="+ helper" in name,
-                env={"FARM_SEARCH_AHEAD": "0" if serial else "1"})}
+                env={"FARM_SEARCH_AHEAD": "0" if serial else "1"},
+                round_trials=args.round_trials)}
             row["config"] = name
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_phone"}), flush=True)
