@@ -240,7 +240,8 @@ def main() -> int:
     d = args.delay_s
     with tempfile.TemporaryDirectory(prefix="farm-scaling-") as tmp:
         work = Path(tmp)
-        os.environ["FARM_CONFIG"] = str(slow_phone_profile(work, args.min_repeat_ms))  # workers and submits
+        # the workers' and the submits' profiles
+        os.environ["FARM_CONFIG"] = str(slow_phone_profile(work, args.min_repeat_ms))
         model = make_model(work / "stack.pt2", args.layers)
         warm_up = make_model(work / "warm-up.pt2", 8, base=20)
         rows: list[dict[str, Any]] = []

@@ -302,9 +302,9 @@ def this_cpu() -> tuple[str, str]:
 
 
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
-                     port: int) -> tuple[Service, str]:
+                     port: int, every_s: int = 5) -> tuple[Service, str]:
     """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` (HOST:PORT)
-    every 5 s, keeping its data in `data_dir`; returns it and its URL. Prometheus has no
+    every `every_s` seconds, keeping its data in `data_dir`; returns it and its URL. Prometheus has no
     authentication of its own, so it binds loopback only: a lab's Grafana on another machine
     scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
     found = shutil.which("prometheus")
@@ -316,7 +316,7 @@ def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
     listed = ", ".join(f'"{t}"' for t in targets)
     conf = write_private(data_dir / "prometheus.yml", (
         "# written by `farm up`: its worker's /metrics (workers/host/metrics.py)\n"
-        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\n"
+        f"global:\n  scrape_interval: {every_s}s\n  evaluation_interval: {every_s}s\n"
         "scrape_configs:\n  - job_name: tunefarm\n"
         f"    static_configs:\n      - targets: [{listed}]\n"))
     svc = start("prometheus", [found, f"--config.file={conf}",

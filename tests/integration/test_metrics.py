@@ -49,10 +49,12 @@ def farm2(redis_url: str, tmp_path_factory: pytest.TempPathFactory):
                 addr, redis_url, logs, name=host.split("@")[1], env=dict(env),
                 extra=["--hostname", host, "--concurrency", "1", "--metrics-port", str(port)]))
             metrics[host] = f"http://127.0.0.1:{port}/metrics"
-        # a real Prometheus scraping both (every 5 s): the dashboard's queries are asked of it
+        # a real Prometheus scraping both (every second: a rate() of the job's counters needs
+        # two scrapes while the job is active, and this job may end within 5 s): the
+        # dashboard's queries are asked of it
         prom_svc, prom = services.start_prometheus(
             [url.split("//")[1].split("/")[0] for url in metrics.values()],
-            tmp_path_factory.mktemp("prometheus"), logs, services.free_port())
+            tmp_path_factory.mktemp("prometheus"), logs, services.free_port(), every_s=1)
         group.add(prom_svc)
         store = open_store(redis_url)
         yield {"redis": redis_url, "metrics": metrics, "store": store, "group": group,

@@ -4,9 +4,9 @@ A round on a host short of cores for its phones (more phones than cores: 8-16 ph
 small host; or the gate measured it slower per batch than its phones) lends its search and
 builds to a helper host (`farm worker --helper`) when one has room (`borrow_search`: "auto";
 "always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence,
-phones, records and result. It opens a search session (farm/store/sessions.py), sends the helper's task, and measures each
-built batch the helper pushes, committing the records as any round does, then pushes the
-results back (the helper: workers/round/lend.py).
+phones, records and result. It opens a search session (farm/store/sessions.py), sends the
+helper's task, and measures each built batch the helper pushes, committing the records as
+any round does, then pushes the results back (the helper: workers/round/lend.py).
 
 A helper's records are checked as stored traces are (farm/core/traces.py) before they are
 measured; its kernels run on the phones (phones hold no secrets; a helper is a host of the
