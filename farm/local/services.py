@@ -304,9 +304,9 @@ def this_cpu() -> tuple[str, str]:
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
                      port: int, every_s: int = 5) -> tuple[Service, str]:
     """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` (HOST:PORT)
-    every `every_s` seconds, keeping its data in `data_dir`; returns it and its URL. Prometheus has no
-    authentication of its own, so it binds loopback only: a lab's Grafana on another machine
-    scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
+    every `every_s` seconds, keeping its data in `data_dir`; returns it and its URL.
+    Prometheus has no authentication of its own, so it binds loopback only: a lab's Grafana
+    on another machine scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
     found = shutil.which("prometheus")
     if found is None:
         raise ServiceError("no prometheus on PATH", subject="farm up --prometheus-port",
