@@ -89,11 +89,12 @@ def archive(store: RecordStore, retention_days: float) -> JsonDict:
     """`farm cache archive` and `farm.Cache.archive`: move the spool to the archive now and
     delete days past the retention (0: keep every day); what the archive holds after."""
     from farm.store.cold import drain
+    from farm.store.retention import prune
 
     if store.archive is None:
         raise UsageError("this store has no archive", hint="set FARM_ARCHIVE")
     moved = drain(store, store.archive)
-    gone = store.archive.prune(retention_days)
+    gone = prune(store, store.archive, retention_days)
     files = store.archive.files()
     return {"archive": store.archive.url, "files": len(files),
             "bytes": sum(store.archive.fs.size(f) for f in files), "moved": moved,

@@ -49,6 +49,11 @@ def spool() -> str:
     return key_for("spool")
 
 
+def spool_dead() -> str:
+    """List: spool items the drain could not read, kept as they were (never trimmed)."""
+    return key_for("spool", "dead")
+
+
 def device_lost(wk: str) -> str:
     """Hash: candidate hash -> phones lost while measuring it (culprit detection)."""
     return key_for("wl", wk, "lost")

@@ -69,6 +69,7 @@ class Supervisor(threading.Thread):
         """The leader moves the store's spool into the archive (records that left Redis),
         and once an hour deletes archive days past the retention. Returns records moved."""
         from farm.store.cold import drain
+        from farm.store.retention import prune
 
         archive = self.store.archive
         if archive is None:
@@ -77,7 +78,7 @@ class Supervisor(threading.Thread):
         now = time.time() if now is None else now
         if self.retention_days > 0 and now - self.pruned_at >= 3600:
             self.pruned_at = now
-            for folder in archive.prune(self.retention_days, now):
+            for folder in prune(self.store, archive, self.retention_days, now):
                 log.info("supervisor %s: archive %s deleted (older than %g days)", self.node,
                          folder, self.retention_days)
         return moved

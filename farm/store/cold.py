@@ -13,9 +13,13 @@ compressed with zstd, one file per device key, day and writing process:
 s3fs installed). A lab whose workers should all read it gives them one shared location.
 
 Nothing measured is lost: a record is removed from the spool only after its lines are
-written (and flushed to disk, for a local folder); a crash between the two writes them
-twice, and readers keep one per candidate. Redis stays the authority of what exists: a
-record the store has removed (`farm cache rm`) is not read back from the archive.
+written (and flushed to disk, for a local folder), and only by the drainer that holds the
+drain lease, exactly the batch it read (farm/store/spool.py); a crash between the two writes
+them twice, and readers keep one per candidate. Redis stays the authority of what exists:
+an archived copy is read only for the measurement its entry describes (its time and run
+time, `packing.describes`), so a record the store has removed (`farm cache rm`), or an older
+run of a candidate removed and measured again, is not read back. Retention keeps what the
+store refers to (farm/store/retention.py).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 
 from farm.core.hostid import short_machine
+from farm.store.packing import describes
+from farm.store.spool import DRAIN_LEASE
 from farm.store.store import Entry, RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)
@@ -116,21 +122,25 @@ class Archive:
         pattern = f"{self.root}/{_safe(device_key) if device_key else '*'}/*/*{SUFFIX}"
         return sorted(self.fs.glob(pattern))
 
-    def lines(self, device_key: str | None = None) -> Iterator[tuple[str, int, str]]:
-        """Every archived line (path, line number, text), oldest file first; an unreadable
-        file is logged with its path and skipped."""
+    def lines(self, device_key: str | None = None,
+              files: list[str] | None = None) -> Iterator[tuple[str, int, str]]:
+        """Every archived line (path, line number, text) of a device key (or of `files`),
+        oldest file first; an unreadable file is logged with its path and skipped."""
+        for path in self.files(device_key) if files is None else files:
+            text = self._text(path)
+            for n, line in enumerate(text.splitlines() if text else [], 1):
+                yield path, n, line
+
+    def _text(self, path: str) -> str | None:
         import zstandard
 
-        for path in self.files(device_key):
-            try:
-                with self.fs.open(path, "rb") as f:
-                    reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-                    text = reader.read().decode()
-            except (OSError, zstandard.ZstdError) as e:
-                log.warning("archive: %s unreadable, skipped: %s", path, e)
-                continue
-            for n, line in enumerate(text.splitlines(), 1):
-                yield path, n, line
+        try:
+            with self.fs.open(path, "rb") as f:
+                reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+                return reader.read().decode()
+        except (OSError, zstandard.ZstdError) as e:
+            log.warning("archive: %s unreadable, skipped: %s", path, e)
+            return None
 
     def records(self, device_key: str | None = None,
                 workload_key: str | None = None) -> Iterator[StoredRecord]:
@@ -143,21 +153,34 @@ class Archive:
             if rec is not None and (workload_key is None or rec.workload_key == workload_key):
                 yield rec
 
-    def prune(self, keep_days: float, now: float | None = None) -> list[str]:
-        """Delete the days older than `keep_days` (0: keep everything); returns the folders."""
+    def prune(self, keep_days: float, now: float | None = None, *,
+              keep: Callable[[str, int, str], bool]) -> list[str]:
+        """Delete the days older than `keep_days` (0: keep everything); returns the folders.
+        The lines `keep` accepts (path, line number, text) are first written into the day
+        of `now` (farm/store/retention.py: what the store refers to); a day with a file
+        that cannot be read is left for a later prune."""
         if keep_days <= 0:
             return []
-        cutoff = datetime.fromtimestamp(now or time.time(), timezone.utc) - timedelta(
-            days=keep_days)
+        at = time.time() if now is None else now
+        cutoff = datetime.fromtimestamp(at, timezone.utc) - timedelta(days=keep_days)
         gone = []
         for folder in sorted(self.fs.glob(f"{self.root}/*/*")):
             try:
                 day = datetime.strptime(folder.rstrip("/").rsplit("/", 1)[-1], "%Y-%m-%d")
             except ValueError:
                 continue
-            if day.replace(tzinfo=timezone.utc) + timedelta(days=1) <= cutoff:
-                self.fs.rm(folder, recursive=True)
-                gone.append(folder)
+            if day.replace(tzinfo=timezone.utc) + timedelta(days=1) > cutoff:
+                continue
+            files = sorted(self.fs.glob(f"{folder}/*{SUFFIX}"))
+            texts = {path: self._text(path) for path in files}
+            if None in texts.values():
+                continue
+            kept = [line for path, text in texts.items()
+                    for n, line in enumerate((text or "").splitlines(), 1) if keep(path, n, line)]
+            if kept:
+                self.append_lines(folder.rstrip("/").rsplit("/", 2)[-2], kept, at)
+            self.fs.rm(folder, recursive=True)
+            gone.append(folder)
         return gone
 
 
@@ -184,36 +207,47 @@ def _fields(line: str) -> dict[str, str]:
 def drain(store: RecordStore, archive: Archive, owner: str = "",
           batch: int = DRAIN_BATCH) -> int:
     """Move the store's spool into the archive; returns the records moved (0 when another
-    process is draining it now)."""
+    process is draining it now). The lease is renewed per batch; a batch leaves the spool
+    only if this drainer still holds it (farm/store/spool.py): one that stalled past its
+    lease stops, its records archived maybe twice, none lost."""
     if not store.spool_size():
         return 0  # nothing waits: no lease taken
     owner = owner or f"{short_machine()}:{os.getpid()}:{threading.get_ident()}"
-    if store.acquire_lease("spool", owner, DRAIN_LEASE_S) is not None:
-        return 0
     moved = 0
-    devices = archive.devices  # a workload's device key never changes: read once
     try:
-        while True:
-            taken, recs = store.spooled(batch)
-            if not taken:
+        while store.acquire_lease(DRAIN_LEASE, owner, DRAIN_LEASE_S) is None:
+            got = store.spooled(batch)
+            if not got.taken:
                 break
-            by_key: dict[str, list[str]] = {}
-            for wk, line in recs:
-                if wk not in devices:
-                    task = store.get_workload(wk)
-                    devices[wk] = task.device_key if task else "unknown"
-                by_key.setdefault(devices[wk], []).append(line)
-            for device_key, lines in by_key.items():
-                archive.append_lines(device_key, lines)
-            store.unspool(taken)
-            moved += len(recs)
-            if taken < batch:
+            _write(store, archive, got.records)
+            if not store.unspool(got, owner):
+                log.warning("archive: drainer %s lost its lease (or its batch) while writing "
+                            "%d records: it stops, another drainer goes on", owner, got.taken)
+                break
+            moved += len(got.records)
+            if got.unreadable:
+                log.warning("archive: %d unreadable records of the spool kept aside (%d now)",
+                            len(got.unreadable), store.dead_letters())
+            if got.taken < batch:
                 break
     finally:
-        store.release_lease("spool", owner)
+        store.release_lease(DRAIN_LEASE, owner)
     if moved:
         log.info("archive: %d records moved to %s", moved, archive.url)
     return moved
+
+
+def _write(store: RecordStore, archive: Archive, records: list[tuple[str, str]]) -> None:
+    """A batch of the spool into the archive, one append per device key."""
+    devices = archive.devices  # a workload's device key never changes: read once
+    by_key: dict[str, list[str]] = {}
+    for wk, line in records:
+        if wk not in devices:
+            task = store.get_workload(wk)
+            devices[wk] = task.device_key if task else "unknown"
+        by_key.setdefault(devices[wk], []).append(line)
+    for device_key, lines in by_key.items():
+        archive.append_lines(device_key, lines)
 
 
 _DRAINING = threading.Lock()
@@ -227,10 +261,21 @@ def _drain_for_reading(store: RecordStore, archive: Archive) -> None:
 
 
 def _copy_of(entry: Entry | None, rec: StoredRecord, have: StoredRecord | None) -> bool:
-    """Is `rec` the archived copy to read for its candidate (over `have`)? The copy the
-    store's entry describes (a measurement that replaced an import leaves both in the
-    archive); else the later one."""
-    return entry is not None and (have is None or rec.verified == entry.verified)
+    """Is `rec` the archived copy to read for its candidate (over `have`)? Only a copy of
+    the measurement the store's entry describes (its time and run time: not an older run
+    of a candidate removed and measured again, nor an import a measurement replaced); of
+    two such copies (a batch archived twice), the later in time, whatever their files."""
+    return entry is not None and describes(entry, rec) and (
+        have is None or rec.measured_at >= have.measured_at)
+
+
+def is_copy(entries: Mapping[tuple[str, str], Entry], path: str, n: int, line: str) -> bool:
+    """Is this archived line the copy of a measurement one of `entries` (by workload key and
+    candidate) describes? The line is parsed only when its candidate is one of them."""
+    f = _fields(line)
+    entry = entries.get((f.get("workload_key", ""), f.get("candidate", "")))
+    rec = None if entry is None else _parse(path, n, line)
+    return rec is not None and _copy_of(entry, rec, None)
 
 
 def archived(store: RecordStore, archive: Archive, wk: str,
@@ -313,7 +358,7 @@ def each_record(store: RecordStore, archive: Archive | None,
             if entry is None:
                 continue
             rec = _parse(path, at, line)
-            if rec is not None and rec.verified == entry.verified:  # the copy it describes
+            if rec is not None and _copy_of(entry, rec, None):  # the copy it describes
                 del rest[wk][cand]
                 yield rec
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
+from farm.store.memory_spool import MemorySpool
 from farm.store.phones import MemoryPhoneLedger
 from farm.store.store import (
     COUNTERS,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from farm.store.cold import Archive
 
 
-class MemoryStore(RecordStore, MemoryPhoneLedger):
+class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
     def __init__(self, hot_records: int = HOT_RECORDS, archive: Archive | None = None) -> None:
         MemoryPhoneLedger.__init__(self)
         self.hot_records = hot_records
@@ -38,6 +39,7 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
         self._records: dict[str, dict[str, StoredRecord]] = {}  # every one (entries)
         self._hot: dict[str, dict[str, float]] = {}  # wk -> candidate -> rank (as Redis)
         self._spool: list[StoredRecord] = []
+        self._dead: list[StoredRecord] = []  # never: a record in memory is always readable
         self._best: dict[str, StoredRecord] = {}
         self._jobs: dict[str, JobSpec] = {}
         self._tasks: dict[str, dict[str, TaskState]] = {}
@@ -214,23 +216,14 @@ class MemoryStore(RecordStore, MemoryPhoneLedger):
 
         return archived(self, self.archive, wk, candidate)
 
-    def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
-        with self._lock:
-            taken = self._spool[:n]
-        return len(taken), [(r.workload_key, r.dumps()) for r in taken]
-
-    def unspool(self, n: int) -> None:
-        with self._lock:
-            del self._spool[:n]
-
-    def spool_size(self) -> int:
-        return len(self._spool)
-
     def record_count(self, wk: str) -> int:
         return len(self._records.get(wk, {})) - self.unverified_count(wk)
 
     def best(self, wk: str) -> StoredRecord | None:
         return self._best.get(wk)
+
+    def best_candidates(self, workloads: list[str]) -> dict[str, str]:
+        return {wk: b.candidate for wk in workloads if (b := self._best.get(wk)) is not None}
 
     def note_device_lost(self, wk: str, candidate: str) -> int:
         with self._lock:

@@ -26,13 +26,25 @@ PLAIN = b"{"  # a whole record as JSON (the layout before; still read)
 
 
 def entry_of(rec: StoredRecord) -> str:
+    return _entry_text(Entry.of(rec))
+
+
+def _entry_text(e: Entry) -> str:
     # 7 significant digits of the run time and the time to 10 ms keep a typical entry within
     # 44 characters: Redis allocates its value in jemalloc's 48-byte class, not the 64-byte
     # one (bench/fleet.md: bytes a measurement at 10M)
-    us = f"{float(rec.run_us):.7g}" if rec.valid else ""  # type: ignore[arg-type]
-    tvm = rec.tvm.replace("|", "/")
-    at = f"{rec.measured_at:.2f}".rstrip("0").rstrip(".")  # a report's curve is in order
-    return f"{us}|{rec.error_class or ''}|{1 if rec.verified else 0}|{tvm}|{at}"
+    us = f"{float(e.run_us):.7g}" if e.valid else ""  # type: ignore[arg-type]
+    tvm = e.tvm.replace("|", "/")
+    at = f"{e.measured_at:.2f}".rstrip("0").rstrip(".")  # a report's curve is in order
+    return f"{us}|{e.error_class or ''}|{1 if e.verified else 0}|{tvm}|{at}"
+
+
+def describes(entry: Entry, rec: StoredRecord) -> bool:
+    """Is `rec` the measurement `entry` was made of (as far as an entry keeps it: its time to
+    10 ms, its run time to 7 digits, its failure class, trust and TVM version)? An archived
+    copy of a candidate removed and measured again, or replaced by a farm's measurement, is
+    not."""
+    return _entry_text(entry) == entry_of(rec)
 
 
 def parse_entry(candidate: str, text: str) -> Entry:
@@ -57,6 +69,14 @@ def pack(rec: StoredRecord, zdict: bytes | None) -> bytes:
         return ALONE + zlib.compress(rec.dumps().encode(), 6)
     c = zlib.compressobj(6, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
     return PACKED + c.compress(rec.dumps().encode()) + c.flush()
+
+
+def dictionary_id(blob: bytes) -> int | None:
+    """The id of the dictionary a packed record needs (its Adler-32, which zlib writes in
+    the stream's header), None when it needs none."""
+    if blob[:1] != PACKED or len(blob) < 7 or not blob[2] & 0x20:  # FLG.FDICT
+        return None
+    return int.from_bytes(blob[3:7], "big")
 
 
 def unpack_text(blob: bytes, zdict: bytes | None) -> str:

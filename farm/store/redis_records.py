@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,12 @@ from farm.core.errors import StoreError
 from farm.core.messages import TuneTask
 from farm.store.learned import model_key
 from farm.store.packing import (
+    dictionary_id,
     entry_of,
     pack,
     pack_features,
     parse_entry,
     squeeze,
-    unpack,
     unpack_features,
     unpack_text,
     unsqueeze,
@@ -189,13 +190,20 @@ class RedisRecords:
             log.warning("store: no replica acknowledged a record within %.0f s (replicas: "
                         "%d); the record is on the primary only", REPLICA_WAIT_S, seen.count)
 
+    def _record_text(self, wk: str, blob: bytes) -> str:
+        """A whole record's JSON from its packed blob, unpacked with the dictionary whose id
+        the blob names (zlib's header): a dictionary cached before is read again when it is
+        not that one. Raises when the record cannot be read."""
+        zdict = self._zdict(wk)
+        need = dictionary_id(blob)
+        if need is not None and (zdict is None or zlib.adler32(zdict) != need):
+            self._zdict_cache.pop(wk, None)
+            zdict = self._zdict(wk)
+        return unpack_text(blob, zdict)
+
     def _whole(self, wk: str, cand: str, blob: bytes) -> StoredRecord | None:
         try:
-            try:
-                return unpack(blob, self._zdict(wk))
-            except Exception:  # a dictionary cached before its workload was removed and made
-                self._zdict_cache.pop(wk, None)  # again: read it once more
-                return unpack(blob, self._zdict(wk))
+            return StoredRecord.loads(self._record_text(wk, blob))
         except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
             log.warning("store: corrupt record at %s[%s] skipped: %s", keys.hot(wk), cand, e)
             return None
@@ -276,24 +284,6 @@ class RedisRecords:
 
         return archived(self, self.archive, wk, candidate)  # type: ignore[arg-type]
 
-    def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
-        items = self.rb.lrange(keys.spool(), 0, max(0, n - 1))
-        out = []
-        for item in items:
-            wk, _, blob = item.partition(b"\n")
-            try:  # as JSON text: the archive writes it as it is (no parse, no dump)
-                out.append((wk.decode(), unpack_text(blob, self._zdict(wk.decode()))))
-            except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
-                log.warning("store: a corrupt record of %s in the spool, skipped: %s", wk, e)
-        return len(items), out
-
-    def unspool(self, n: int) -> None:
-        if n > 0:
-            self.r.ltrim(keys.spool(), n, -1)
-
-    def spool_size(self) -> int:
-        return int(self.r.llen(keys.spool()))
-
     def record_count(self, wk: str) -> int:
         # no MULTI: a full Redis (noeviction) refuses a transaction, even of reads
         pipe = self.r.pipeline(transaction=False)
@@ -314,18 +304,23 @@ class RedisRecords:
                                 args=list(candidates)))
 
     def remove_workload(self, wk: str) -> bool:
+        """Its compression dictionary stays: a workload key's dictionary never changes, so a
+        process that read it before (a drainer, a worker) packs and reads right when the
+        workload is tuned again."""
         task = self.get_workload(wk)
+        fields = [f for f in self.r.hkeys(keys.workload(wk)) if f != "zdict"]
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(keys.workload(wk), keys.records(wk), keys.best(wk), keys.unverified(wk),
+        pipe.delete(keys.records(wk), keys.best(wk), keys.unverified(wk),
                     keys.device_lost(wk), keys.features(wk), keys.hot(wk))
+        if fields:
+            pipe.hdel(keys.workload(wk), *fields)
         pipe.zrem(keys.workload_index(), wk)
         if task is not None:
             pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
-        deleted, *_ = pipe.execute()
-        self._zdict_cache.pop(wk, None)
+        done = pipe.execute()
         if self.local_features is not None:
             self.local_features.forget(wk)
-        return int(deleted) > 0
+        return int(done[0]) + (int(done[1]) if fields else 0) > 0
 
     def best(self, wk: str) -> StoredRecord | None:
         cand, blob = self.rb.hmget(keys.best(wk), "cand", "record")
@@ -334,6 +329,12 @@ class RedisRecords:
         if blob is None:  # its whole record is in the archive only
             return self.get_record(wk, cand.decode())
         return self._whole(wk, cand.decode(), blob)
+
+    def best_candidates(self, workloads: list[str]) -> dict[str, str]:
+        pipe = self.r.pipeline(transaction=False)
+        for wk in workloads:
+            pipe.hget(keys.best(wk), "cand")
+        return {wk: cand for wk, cand in zip(workloads, pipe.execute(), strict=True) if cand}
 
     def note_device_lost(self, wk: str, candidate: str) -> int:
         return int(self.r.hincrby(keys.device_lost(wk), candidate, 1))

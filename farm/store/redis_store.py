@@ -18,6 +18,7 @@ from farm.store import redis_url
 from farm.store.hosts import HostBeat
 from farm.store.phones import RedisPhoneLedger
 from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, Replicas, lua_script
+from farm.store.redis_spool import RedisSpool
 from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 _RELEASE_LEASE = lua_script("release_lease.lua")
 _LEASE = lua_script("lease.lua")
 _FINISH_ROUND = lua_script("finish_round.lua")
+_UNSPOOL = lua_script("unspool.lua")
 
 
 class _State(TypedDict):
@@ -38,10 +40,10 @@ class _State(TypedDict):
     local_features: LocalFeatures | None
 
 
-class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
+class RedisStore(RedisRecords, RedisSpool, RecordStore, RedisPhoneLedger):
     """A `RecordStore` on one Redis database. Drops its clients when pickled. Its records:
-    farm/store/redis_records.py; `hot_records` whole records per workload stay in Redis,
-    the others go to `archive` (farm/store/cold.py)."""
+    farm/store/redis_records.py, its spool: redis_spool.py; `hot_records` whole records per
+    workload stay in Redis, the others go to `archive` (farm/store/cold.py)."""
 
     def __init__(self, url: str, hot_records: int = HOT_RECORDS,
                  archive: Archive | None = None, local_features: LocalFeatures | None = None):
@@ -58,6 +60,7 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
         self._release: RedisScript = None
         self._finish: RedisScript = None
         self._remove: RedisScript = None
+        self._unspool: RedisScript = None
 
     def __getstate__(self) -> _State:
         return {"url": self.url, "hot_records": self.hot_records, "archive": self.archive,
@@ -88,6 +91,7 @@ class RedisStore(RedisRecords, RecordStore, RedisPhoneLedger):
             self._release = client.register_script(_RELEASE_LEASE)
             self._finish = client.register_script(_FINISH_ROUND)
             self._remove = client.register_script(REMOVE)
+            self._unspool = client.register_script(_UNSPOOL)
             # published last: another thread that sees the client finds its scripts too
             self._client = client
         return self._client

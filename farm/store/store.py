@@ -44,6 +44,7 @@ from farm.store.jobs import (  # noqa: F401 - re-exported: the store's whole voc
 )
 from farm.store.learned import LearnedStore
 from farm.store.phones import PhoneLedger
+from farm.store.spool import Spool
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
@@ -201,19 +202,6 @@ class Records(ABC):
         was opened with one (None when absent or corrupt)."""
 
     @abstractmethod
-    def spooled(self, n: int) -> tuple[int, list[tuple[str, str]]]:
-        """The first `n` records of the spool (whole records on their way to the archive):
-        (how many were taken, (workload key, record JSON) of those readable). They stay
-        until `unspool`."""
-
-    @abstractmethod
-    def unspool(self, n: int) -> None:
-        """Remove the first `n` records of the spool (written to the archive)."""
-
-    @abstractmethod
-    def spool_size(self) -> int: ...
-
-    @abstractmethod
     def record_count(self, wk: str) -> int:
         """Records measured by the farm's phones (unverified imports are not counted)."""
 
@@ -224,6 +212,10 @@ class Records(ABC):
     @abstractmethod
     def best(self, wk: str) -> StoredRecord | None:
         """The best verified valid record (an unverified one never is)."""
+
+    @abstractmethod
+    def best_candidates(self, workloads: list[str]) -> dict[str, str]:
+        """The candidate of each workload's best (of those that have one); no record read."""
 
     @abstractmethod
     def remove_records(self, wk: str, candidates: list[str]) -> int:
@@ -248,11 +240,13 @@ class Records(ABC):
         """True when every candidate MetaSchedule can generate for `wk` is in the store."""
 
 
-class RecordStore(Records, JobStore, Coordination, HostRegistry, LearnedStore, PhoneLedger, ABC):
-    """The whole store: records (here), jobs (farm/store/jobs.py), coordination
-    (farm/store/coordination.py), hosts (farm/store/hosts.py), the cost models
-    (farm/store/learned.py) and the phones' ledger (farm/store/phones.py); one contract
-    each, one implementation on Redis and one in memory."""
+class RecordStore(Records, Spool, JobStore, Coordination, HostRegistry, LearnedStore,
+                  PhoneLedger, ABC):
+    """The whole store: records (here), the spool to the archive (farm/store/spool.py), jobs
+    (farm/store/jobs.py), coordination (farm/store/coordination.py), hosts
+    (farm/store/hosts.py), the cost models (farm/store/learned.py) and the phones' ledger
+    (farm/store/phones.py); one contract each, one implementation on Redis and one in
+    memory."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -26,14 +26,14 @@ def cold(request, tmp_path):
     s.close()
 
 
-def rec(cand, us, err=None, wk="wk", verified=True):
+def rec(cand, us, err=None, wk="wk", verified=True, shared=SHARED, at=1e9):
     # a trace as long as a real one (a few KB), mostly shared by every record of a workload
-    trace = [[["SamplePerfectTile", [f"l{i}"], [4, 64], [f"v{i}", SHARED[i * 70:i * 70 + 70]]]
+    trace = [[["SamplePerfectTile", [f"l{i}"], [4, 64], [f"v{i}", shared[i * 70:i * 70 + 70]]]
               for i in range(40)],
              [[i, [1, 2, 4, 8]] for i in range(10)] + [[99, cand]]]
     return StoredRecord(workload_key=wk, candidate=cand, record=[trace, [1e-6], {"k": "llvm"}, []],
                         run_us=us, error_class=err, job_id="j1", verified=verified,
-                        source="job" if verified else "import:x", measured_at=1e9)
+                        source="job" if verified else "import:x", measured_at=at)
 
 
 def fill(store):
@@ -111,8 +111,8 @@ def test_the_best_whole_record_survives_when_its_hot_copy_leaves(cold):
 
 def test_a_crash_between_archive_and_spool_writes_twice_and_reads_once(cold, tmp_path):
     fill(cold)
-    taken, recs = cold.spooled(100)
-    cold.archive.append_lines("cpu-local", [line for _, line in recs])  # written, then the process died before unspool
+    got = cold.spooled(100)
+    cold.archive.append_lines("cpu-local", [line for _, line in got.records])  # written, then the process died before unspool
     drain(cold, cold.archive)  # the next drain writes them again
     everything = all_records(cold, cold.archive, "wk")
     assert len(everything) == 13
@@ -123,8 +123,8 @@ def test_retention_deletes_old_days_only(tmp_path):
     day = 86400.0
     archive.append("k", [rec("old", 1.0)], now=1_000_000_000.0)
     archive.append("k", [rec("new", 1.0)], now=1_000_000_000.0 + 10 * day)
-    assert archive.prune(0, now=1_000_000_000.0 + 10 * day) == []
-    gone = archive.prune(5, now=1_000_000_000.0 + 10 * day)
+    assert archive.prune(0, now=1_000_000_000.0 + 10 * day, keep=lambda *_: False) == []
+    gone = archive.prune(5, now=1_000_000_000.0 + 10 * day, keep=lambda *_: False)
     assert len(gone) == 1
     assert [r.candidate for r in archive.records()] == ["new"]
 
@@ -260,3 +260,182 @@ def test_each_record_streams_what_every_record_gives(cold):
         (wk, r.candidate) for wk, recs in every.items() for r in recs)
     assert len(streamed) == 12 + 6 and "v8" not in {r.candidate for r in streamed}
     assert {r.candidate: r for r in streamed}["v7"] == rec("v7", 17.0)
+
+
+# --- the archive never loses or misreads a record (issue 46, item 4) ------------------------
+def _task(wk="wk"):
+    from farm.core.messages import TuneTask
+
+    return TuneTask(name="t", workload_key=wk, weight=1, mod_json="{}", target={},
+                    device_key="k")
+
+
+def _until(done, what, timeout_s=20.0):
+    """Wait for a condition (polled), failing with `what` after `timeout_s`."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_drainer_that_outlived_its_lease_trims_nothing_it_did_not_write(cold, monkeypatch):
+    """Drainer A reads the spool and stalls writing it past its (short) lease; B takes the
+    lease and drains everything; newer records are spooled; A wakes up: it must not remove
+    them (the old `unspool` trimmed the first n items, whatever they were by then)."""
+    import threading
+
+    from farm.store import cold as cold_module
+
+    monkeypatch.setattr(cold_module, "DRAIN_LEASE_S", 0.3)
+    cold.put_workload(_task())
+    fill(cold)  # 9 records spooled
+    reading, resume = threading.Event(), threading.Event()
+
+    class Stalling(Archive):
+        def append_lines(self, device_key, lines, now=None):
+            reading.set()
+            assert resume.wait(30)
+            return super().append_lines(device_key, lines, now)
+
+    stalled = Stalling(cold.archive.url)
+    a = threading.Thread(target=drain, args=(cold, stalled), kwargs={"owner": "A"})
+    a.start()
+    assert reading.wait(10)
+    _until(lambda: drain(cold, cold.archive, owner="B") == 9, "A's lease to lapse and B drain")
+    for i in range(5):  # newer records: slower than the K hot ones, they leave for the spool
+        assert cold.add_record(rec(f"n{i}", 40.0 + i))
+    assert cold.spool_size() == 5
+    resume.set()
+    a.join(30)
+    assert not a.is_alive()
+    drain(cold, cold.archive, owner="C")
+    everything = {r.candidate for r in all_records(cold, cold.archive, "wk")}
+    assert everything == {e.candidate for e in cold.entries("wk")}
+    assert {f"n{i}" for i in range(5)} <= everything
+
+
+def test_the_drain_lease_is_renewed_per_batch(cold, monkeypatch):
+    """A drain longer than its lease, batch after batch, keeps the lease: nobody else can
+    take it meanwhile."""
+    import time
+
+    from farm.store import cold as cold_module
+
+    monkeypatch.setattr(cold_module, "DRAIN_LEASE_S", 0.4)
+    cold.put_workload(_task())
+    fill(cold)
+    taken = []
+
+    class Slow(Archive):
+        def append_lines(self, device_key, lines, now=None):
+            time.sleep(0.15)  # a slow archive: 5 batches outlast one lease
+            if cold.acquire_lease("spool", "probe", 10) is None:
+                taken.append(len(taken))
+                cold.release_lease("spool", "probe")
+            return super().append_lines(device_key, lines, now)
+
+    assert drain(cold, Slow(cold.archive.url), owner="A", batch=2) == 9
+    assert taken == [], "another drainer could take the lease during the drain"
+
+
+def test_a_removed_and_measured_again_candidate_reads_back_its_new_run(cold, monkeypatch):
+    """`farm cache rm` of a candidate, then a new measurement of it: both runs are in the
+    archive, the old one in a file whose name sorts later (another host's); every reader
+    gives the new run, the one the store's entry describes."""
+    from farm.store import cold as cold_module
+    from farm.store.cold import each_record, every_record, wholes
+
+    cold.put_workload(_task())
+    fill(cold)  # v9 (19 us, measured at 1e9) leaves for the spool
+    monkeypatch.setattr(cold_module, "short_machine", lambda: "zz-host")
+    drain(cold, cold.archive)
+    assert cold.remove_records("wk", ["v9"]) == 1
+    again = rec("v9", 25.0, at=2e9)
+    assert cold.add_record(again)  # slower than the K hot ones: straight to the spool
+    monkeypatch.setattr(cold_module, "short_machine", lambda: "aa-host")  # sorts first
+    drain(cold, cold.archive)
+    assert cold.get_record("wk", "v9") == again
+    assert {r.candidate: r for r in all_records(cold, cold.archive, "wk")}["v9"] == again
+    assert {r.candidate: r for r in every_record(cold, cold.archive, ["wk"])["wk"]}[
+        "v9"] == again
+    assert {r.candidate: r for r in each_record(cold, cold.archive, ["wk"])}["v9"] == again
+    entry = cold.entry("wk", "v9")
+    assert wholes(cold, cold.archive, "k", {"wk": [entry]})["wk"]["v9"] == again
+
+
+def test_a_long_lived_drainer_reads_a_workload_removed_and_tuned_again(clean_redis, tmp_path):
+    """A drainer (and a worker) that read the workload's compression dictionary before the
+    workload was removed and tuned again: every record spooled after is archived and read
+    back (a stale dictionary made them "corrupt", and they were trimmed)."""
+    url = str(tmp_path / "archive")
+    drainer, worker, remover, fresh = (open_store(clean_redis, hot_records=K, archive=url)
+                                       for _ in range(4))
+    worker.put_workload(_task())
+    fill(worker)
+    assert drain(drainer, drainer.archive) == 9  # the drainer has the dictionary now
+    assert remover.remove_workload("wk")
+    other = f"{random.Random(8).getrandbits(12000):x}"  # another first record: its dictionary
+    fresh.put_workload(_task())
+    for i in range(8):
+        assert fresh.add_record(rec(f"a{i}", 10.0 + i, shared=other))
+    for i in range(4):  # a worker that read the dictionary before the removal
+        assert worker.add_record(rec(f"b{i}", 30.0 + i, shared=other))
+    drain(drainer, drainer.archive)
+    assert drainer.spool_size() == 0
+    reader = open_store(clean_redis, hot_records=K, archive=url)
+    back = {r.candidate: r for r in all_records(reader, reader.archive, "wk")}
+    assert set(back) == {e.candidate for e in reader.entries("wk")} == {
+        *(f"a{i}" for i in range(8)), *(f"b{i}" for i in range(4))}
+    assert back["a7"] == rec("a7", 17.0, shared=other)
+    for s in (drainer, worker, remover, fresh, reader):
+        s.close()
+
+
+def test_an_unreadable_spool_item_goes_to_the_dead_letter_list(clean_redis, tmp_path):
+    """An item of the spool that cannot be read is kept (moved to the dead-letter list), never
+    trimmed; the readable ones around it are archived."""
+    store = open_store(clean_redis, hot_records=K, archive=str(tmp_path / "archive"))
+    store.put_workload(_task())
+    for i in range(K + 2):
+        store.add_record(rec(f"v{i}", 10.0 + i))
+    bad = b"wk\nz" + b"\x00not a record packed with any dictionary"
+    store.rb.rpush(keys.spool(), bad)
+    store.add_record(rec("v9", 19.0))
+    assert store.spool_size() == 4
+    assert drain(store, store.archive) == 3
+    assert store.spool_size() == 0
+    lists = [k for k in store.r.scan_iter() if store.r.type(k) == "list"]
+    assert any(bad in store.rb.lrange(k, 0, -1) for k in lists), "the unreadable item is gone"
+    assert store.dead_letters() == 1
+    assert store.rb.lrange(keys.spool_dead(), 0, -1) == [bad]
+    store.close()
+
+
+def test_retention_keeps_every_record_a_best_or_a_pick_refers_to(cold):
+    """Retention deletes old days, but not the whole record of a workload's best (one kept
+    in the archive only) nor of a job's final pick: those are carried into a newer day."""
+    import time
+
+    from farm.core.messages import JobSpec
+    from farm.jobs.supervisor import Supervisor
+
+    cold.put_workload(_task())
+    cold.put_job(JobSpec(job_id="j1", model="m", device_key="k", target={}, trials_per_task=8,
+                         round_trials=4, workload_keys=["wk"], task_names={"wk": "t"},
+                         weights={"wk": 1}))
+    fill(cold)
+    for i in range(K):  # faster imports push the verified records out of the K hot ones
+        assert cold.add_record(rec(f"i{i}", 1.0 + i, verified=False))
+    assert cold.finalize_once("j1", {"wk": "v7"})[1]
+    assert cold.remove_records("wk", ["v0"]) == 1  # the best now: v1, in the archive only
+    sup = Supervisor(None, cold, None, node="n", interval_s=1, grace_s=1)  # type: ignore[arg-type]
+    sup.retention_days = 5
+    sup.keep_archive(now=time.time() + 10 * 86400)
+    assert cold.best("wk") == rec("v1", 11.0)
+    assert cold.get_record("wk", "v7") == rec("v7", 17.0)
+    assert cold.get_record("wk", "v8") is None  # the rest of the old day: deleted
+    sup.keep_archive(now=time.time() + 20 * 86400)  # and again, ten days later
+    assert cold.best("wk") == rec("v1", 11.0)
+    assert cold.get_record("wk", "v7") == rec("v7", 17.0)
