@@ -22,13 +22,13 @@ from farm.core.errors import StoreError, UsageError, last_line
 from farm.core.failures import brief
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
-from farm.core.traces import foreign_calls, trace_problem
+from farm.core.traces import UnsafeTrace, foreign_calls, trace_problem
 from farm.jobs.finalize import write_best_log
 from farm.pipeline.extract import workload_key
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import FAILED_RUN_SECS, valid_secs
 from farm.tir.blocknames import canonical_module, translation
-from farm.tir.module import load_mod
+from farm.tir.module import load_mod, record_json, tuning_record
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.database import Workload
@@ -132,7 +132,6 @@ def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None)
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from farm.store.cold import each_record
-    from farm.tir.module import tuning_record
 
     _check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -277,8 +276,11 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
             continue
         wl, wk = found
         try:
-            rec = TuningRecord.from_json(row[1], wl)
-            rec.as_measure_candidate()  # the trace applies to the workload
+            rec = tuning_record(row[1], wl)  # the trace applies, and makes no foreign call
+            rec.as_measure_candidate()
+        except UnsafeTrace as e:
+            report.refuse("its schedule calls outside TVM's operators", f"{where}: {e}")
+            continue
         except Exception as e:  # noqa: BLE001
             report.refuse("its trace does not apply to its workload", f"{where}: {last_line(e)}")
             continue
@@ -293,9 +295,10 @@ def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
                               "--retarget files it under the profile", f"{where}: {rec.target}")
                 continue
             rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
-        try:  # to the stored module's block names
-            data = _to_stored(store, filed, renames, row[0], found, profile, source)(rec.as_json())
-        except ValueError as e:
+        try:  # to the stored module's block names (the workload filed with its first record)
+            data = record_json(rec)
+            data = _to_stored(store, filed, renames, row[0], found, profile, source)(data)
+        except (ValueError, TypeError) as e:
             report.refuse("its blocks differ from the stored workload's", f"{where}: {e}")
             continue
         if store.add_record(_imported(data, wk, secs, failed, host, source)):

@@ -24,7 +24,7 @@ from farm.core.traces import check_trace
 from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.store import best_of
 from farm.tir.blocknames import translate
-from farm.tir.module import load_mod
+from farm.tir.module import load_mod, tuning_record
 
 log = logging.getLogger(__name__)
 
@@ -151,10 +151,8 @@ def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
 def _commit(db: TVMDatabase, store: RecordStore, task: TuneTask, best: StoredRecord) -> None:
     """The record, tuned on the store's module of the workload, renamed to the task's blocks
     (the same operator can carry other block names in another model) and committed."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-
-    check_trace(best.record)  # the store can be written by others
+    check_trace(best.record)  # the store can be written by others: read before any parse
     mod = load_mod(task)
     tuned_on = store.get_workload(task.workload_key)
     record = best.record if tuned_on is None else translate(best.record, load_mod(tuned_on), mod)
-    db.commit_tuning_record(TuningRecord.from_json(record, db.commit_workload(mod)))
+    db.commit_tuning_record(tuning_record(record, db.commit_workload(mod)))

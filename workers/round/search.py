@@ -54,6 +54,7 @@ from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE
 from farm.store.store import FAILED_RUN_SECS
+from farm.tir.module import record_json
 from workers.round.database import tuning_record
 from workers.round.inflight import InFlight, Proposed
 
@@ -65,8 +66,8 @@ VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the
 def record_of(cand: MeasureCandidate, workload: Workload, target: Target,
               run_secs: list[float] | None = None) -> JsonList:
     """The TuningRecord JSON of a measure candidate (what the store keeps and hashes)."""
-    return TuningRecord(cand.sch.trace, workload, run_secs or [FAILED_RUN_SECS], target,
-                        cand.args_info).as_json()
+    return record_json(TuningRecord(cand.sch.trace, workload, run_secs or [FAILED_RUN_SECS],
+                                    target, cand.args_info))
 
 
 @dataclass(frozen=True)

@@ -137,9 +137,9 @@ def seeds(store: RecordStore, task: TuneTask,
     """Up to `limit` candidates from the relatives' best schedules, as a function of the
     round's TuneContext (the search calls it once it has one: the postprocessors come from
     it); None for `limit` 0."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import Workload
 
-    from farm.tir.module import load_mod
+    from farm.tir.module import load_mod, tuning_record
 
     if limit <= 0:
         return None
@@ -153,7 +153,7 @@ def seeds(store: RecordStore, task: TuneTask,
             if best is None:
                 continue
             try:
-                trace = TuningRecord.from_json(best.record, Workload(load_mod(other))).trace
+                trace = tuning_record(best.record, Workload(load_mod(other))).trace
             except Exception:  # noqa: BLE001 - an unreadable record only costs this relative
                 continue
             decisions = sampled(trace)
