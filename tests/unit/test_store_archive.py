@@ -323,14 +323,14 @@ def test_the_drain_lease_is_renewed_per_batch(cold, monkeypatch):
 
     from farm.store import cold as cold_module
 
-    monkeypatch.setattr(cold_module, "DRAIN_LEASE_S", 0.4)
+    monkeypatch.setattr(cold_module, "DRAIN_LEASE_S", 0.6)
     cold.put_workload(_task())
     fill(cold)
     taken = []
 
     class Slow(Archive):
         def append_lines(self, device_key, lines, now=None):
-            time.sleep(0.15)  # a slow archive: 5 batches outlast one lease
+            time.sleep(0.2)  # a slow archive: 5 batches outlast one lease
             if cold.acquire_lease("spool", "probe", 10) is None:
                 taken.append(len(taken))
                 cold.release_lease("spool", "probe")
@@ -390,6 +390,27 @@ def test_a_long_lived_drainer_reads_a_workload_removed_and_tuned_again(clean_red
         *(f"a{i}" for i in range(8)), *(f"b{i}" for i in range(4))}
     assert back["a7"] == rec("a7", 17.0, shared=other)
     for s in (drainer, worker, remover, fresh, reader):
+        s.close()
+
+
+def test_a_reader_whose_dictionary_is_not_the_records_reads_it_again(clean_redis, tmp_path):
+    """A store written before dictionaries were kept across a removal made a workload's
+    dictionary again: a drainer that cached the older one sees the id the record names and
+    reads the dictionary again (it logged the records "corrupt" and trimmed them)."""
+    url = str(tmp_path / "archive")
+    drainer, worker, fresh = (open_store(clean_redis, hot_records=K, archive=url)
+                              for _ in range(3))
+    worker.put_workload(_task())
+    fill(worker)
+    assert drain(drainer, drainer.archive) == 9  # the drainer has the dictionary now
+    worker.r.hdel(keys.workload("wk"), "zdict")  # as a removal did before
+    other = f"{random.Random(8).getrandbits(12000):x}"
+    for i in range(6):  # slower than the K hot ones: spooled, packed with a new dictionary
+        assert fresh.add_record(rec(f"a{i}", 30.0 + i, shared=other))
+    assert drain(drainer, drainer.archive) == 6
+    assert drainer.dead_letters() == 0
+    assert drainer.get_record("wk", "a5") == rec("a5", 35.0, shared=other)
+    for s in (drainer, worker, fresh):
         s.close()
 
 
