@@ -1,7 +1,8 @@
 // tvm_rpc: a TVM RPC server on TVM's runtime library only, the farm's native phone.
 //
 //   tvm_rpc --tracker HOST:PORT --key KEY [--host 127.0.0.1] [--port 9090] [--port-end 9199]
-//           [--custom-addr ADDR] [--work-dir DIR]
+//           [--custom-addr ADDR] [--work-dir DIR] [--handshake-timeout-s 10]
+//           [--session-cap-s 600]
 //
 // What a phone runs: no compiler, no linker, no Python. It registers at a TVM RPC tracker
 // under KEY (TVM's tracker protocol, as tvm.rpc.server speaks it), accepts a session at a
@@ -9,7 +10,16 @@
 // serves it with the runtime's own RPC loop (`rpc.ServerLoop`) in a fresh work folder.
 // It adds the two functions a session needs that TVM's runtime library leaves to its host
 // program: `tvm.rpc.server.workpath` (where uploads land) and `tvm.rpc.server.load_module`
-// (a shared library linked on the worker host, loaded as it is). Built by the farm for
+// (a shared library linked on the worker host, loaded as it is).
+//
+// Its limits, since one phone serves everybody one session at a time: a client has
+// --handshake-timeout-s to send its handshake (one that connects and says nothing is dropped,
+// not waited on for good); a session lasts what its client asked for and at most
+// --session-cap-s (0: no cap); the tracker link and every session's connection have TCP
+// keepalive (a peer that vanished is noticed in about a minute); and every file name a client
+// gives (workpath, hence upload, download and remove; load_module) is a plain name in the
+// session's folder: one with a '/' (absolute or not) or that is "." or ".." is refused with an
+// error saying so. Built by the farm for
 // aarch64 (farm/devices/arm64sim.py) and linked against the pinned TVM wheel's own
 // libtvm_runtime.so and libtvm_ffi.so: the pair a user pushes to a Linux board with adb.
 // TVM's apps/cpp_rpc is the same shape, with Android and Windows parts this one leaves out.
@@ -27,7 +37,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
@@ -48,6 +62,12 @@ constexpr int32_t kTrackerMagic = 0x2f271;
 constexpr int32_t kCodeSuccess = kRPCMagic;
 constexpr int32_t kCodeMismatch = kRPCMagic + 2;
 constexpr int kPut = 3, kUpdateInfo = 5, kGetPendingMatchkeys = 7;
+// TCP keepalive: probes after 30 s of silence, every 10 s, 3 unanswered: the peer is gone
+constexpr int kKeepIdleS = 30, kKeepIntervalS = 10, kKeepCount = 3;
+constexpr int kTrackerReplyS = 30;  // a tracker that does not answer a request within it: lost
+
+using Clock = std::chrono::steady_clock;
+constexpr Clock::time_point kNever = Clock::time_point::max();
 
 std::string g_workdir;  // the session's folder (set in the session's process)
 
@@ -59,10 +79,27 @@ void Log(const std::string& msg) {
   std::fflush(stderr);
 }
 
-bool SendAll(int fd, const void* data, size_t n) {
+// Wait until `fd` is ready for `events`; false once `deadline` has passed (kNever: no wait).
+bool Ready(int fd, short events, Clock::time_point deadline) {
+  if (deadline == kNever) return true;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    int got = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), INT_MAX)));
+    if (got > 0) return true;
+    if (got < 0 && errno != EINTR) return false;
+  }
+}
+
+// The whole of `data`, by `deadline` (the whole exchange, not each piece: a peer sending a
+// byte at a time cannot stretch it).
+bool SendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
+    if (!Ready(fd, POLLOUT, deadline)) return false;
     ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     p += k;
     n -= static_cast<size_t>(k);
@@ -70,10 +107,12 @@ bool SendAll(int fd, const void* data, size_t n) {
   return true;
 }
 
-bool RecvAll(int fd, void* data, size_t n) {
+bool RecvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
+    if (!Ready(fd, POLLIN, deadline)) return false;
     ssize_t k = recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     p += k;
     n -= static_cast<size_t>(k);
@@ -81,18 +120,36 @@ bool RecvAll(int fd, void* data, size_t n) {
   return true;
 }
 
-bool SendInt(int fd, int32_t v) { return SendAll(fd, &v, 4); }  // little endian, as TVM's
-bool RecvInt(int fd, int32_t* v) { return RecvAll(fd, v, 4); }
-
-bool SendStr(int fd, const std::string& s) {
-  return SendInt(fd, static_cast<int32_t>(s.size())) && SendAll(fd, s.data(), s.size());
+// little endian, as TVM's
+bool SendInt(int fd, int32_t v, Clock::time_point deadline) {
+  return SendAll(fd, &v, 4, deadline);
+}
+bool RecvInt(int fd, int32_t* v, Clock::time_point deadline) {
+  return RecvAll(fd, v, 4, deadline);
 }
 
-bool RecvStr(int fd, std::string* s, int32_t limit = 1 << 20) {
+bool SendStr(int fd, const std::string& s, Clock::time_point deadline) {
+  return SendInt(fd, static_cast<int32_t>(s.size()), deadline) &&
+         SendAll(fd, s.data(), s.size(), deadline);
+}
+
+bool RecvStr(int fd, std::string* s, Clock::time_point deadline, int32_t limit = 1 << 20) {
   int32_t n = 0;
-  if (!RecvInt(fd, &n) || n < 0 || n > limit) return false;
+  if (!RecvInt(fd, &n, deadline) || n < 0 || n > limit) return false;
   s->assign(static_cast<size_t>(n), '\0');
-  return RecvAll(fd, s->data(), static_cast<size_t>(n));
+  return RecvAll(fd, s->data(), static_cast<size_t>(n), deadline);
+}
+
+// TCP keepalive on a connection: a peer whose host died or left the network is noticed
+// (a blocked read fails) instead of held for good.
+void KeepAlive(int fd) {
+  int on = 1, idle = kKeepIdleS, interval = kKeepIntervalS, count = kKeepCount;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0) {
+    Log(std::string("cannot set TCP keepalive: ") + std::strerror(errno));
+  }
 }
 
 std::string Quote(const std::string& s) {  // a JSON string (keys and addresses: no escapes)
@@ -145,6 +202,8 @@ struct Options {
   int port_end = 9199;
   std::string custom_addr;
   std::string work_dir = "/tmp";
+  int handshake_timeout_s = 10;  // a client's handshake, from its connection
+  int session_cap_s = 600;       // the longest session, whatever its client asked (0: no cap)
 };
 
 // The tracker link: register, keep the registration fresh, register again after a session.
@@ -163,7 +222,9 @@ class Tracker {
     std::string msg = "[" + std::to_string(kPut) + ", " + Quote(opt_.key) + ", [" +
                       std::to_string(port_) + ", " + Quote(matchkey_) + "], " + addr + "]";
     std::string reply;
-    if (!SendStr(fd_, msg) || !RecvStr(fd_, &reply) || reply != "0") return Drop();
+    if (!SendStr(fd_, msg, Reply()) || !RecvStr(fd_, &reply, Reply()) || reply != "0") {
+      return Drop();
+    }
     unmatched_ = 0;
     return true;
   }
@@ -173,8 +234,8 @@ class Tracker {
   bool Ping() {
     if (fd_ < 0) return Register();
     std::string reply;
-    if (!SendStr(fd_, "[" + std::to_string(kGetPendingMatchkeys) + "]") ||
-        !RecvStr(fd_, &reply)) {
+    if (!SendStr(fd_, "[" + std::to_string(kGetPendingMatchkeys) + "]", Reply()) ||
+        !RecvStr(fd_, &reply, Reply())) {
       return Drop();
     }
     if (reply.find(Quote(matchkey_)) == std::string::npos) {
@@ -192,11 +253,15 @@ class Tracker {
  private:
   static constexpr int kUnmatchedS = 4;
 
+  static Clock::time_point Reply() { return Clock::now() + std::chrono::seconds(kTrackerReplyS); }
+
   bool Open() {
     fd_ = Connect(opt_.tracker_host, opt_.tracker_port);
     if (fd_ < 0) return false;
+    KeepAlive(fd_);
     int32_t magic = 0;
-    if (!SendInt(fd_, kTrackerMagic) || !RecvInt(fd_, &magic) || magic != kTrackerMagic) {
+    if (!SendInt(fd_, kTrackerMagic, Reply()) || !RecvInt(fd_, &magic, Reply()) ||
+        magic != kTrackerMagic) {
       return Drop();
     }
     std::string addr = opt_.custom_addr.empty() ? "null" : Quote(opt_.custom_addr);
@@ -204,7 +269,9 @@ class Tracker {
                        Quote("server:" + opt_.key) + ", \"addr\": [" + addr + ", " +
                        std::to_string(port_) + "]}]";
     std::string reply;
-    if (!SendStr(fd_, info) || !RecvStr(fd_, &reply) || reply != "0") return Drop();
+    if (!SendStr(fd_, info, Reply()) || !RecvStr(fd_, &reply, Reply()) || reply != "0") {
+      return Drop();
+    }
     return true;
   }
 
@@ -222,11 +289,20 @@ class Tracker {
   std::mt19937_64 rng_;
 };
 
-// A client's handshake; returns the session timeout it asked for (0: none), -1 to refuse.
-int Handshake(int conn, const Tracker& tracker, const Options& opt) {
+// A client's handshake, all of it within the handshake timeout; returns the session timeout
+// it asked for (0: none), -1 to refuse.
+int Handshake(int conn, const Tracker& tracker, const Options& opt, const std::string& peer) {
+  auto deadline = Clock::now() + std::chrono::seconds(opt.handshake_timeout_s);
   int32_t magic = 0;
   std::string header;
-  if (!RecvInt(conn, &magic) || magic != kRPCMagic || !RecvStr(conn, &header, 4096)) return -1;
+  if (!RecvInt(conn, &magic, deadline) || magic != kRPCMagic ||
+      !RecvStr(conn, &header, deadline, 4096)) {
+    if (Clock::now() >= deadline) {
+      Log("a client at " + peer + " sent no handshake within " +
+          std::to_string(opt.handshake_timeout_s) + " s: dropped");
+    }
+    return -1;
+  }
   std::vector<std::string> words;
   size_t start = 0;
   while (start < header.size()) {
@@ -236,12 +312,12 @@ int Handshake(int conn, const Tracker& tracker, const Options& opt) {
     start = end + 1;
   }
   if (words.empty() || words[0] != "client:" + tracker.matchkey()) {
-    SendInt(conn, kCodeMismatch);
-    Log("a client with a wrong match key: refused");
+    SendInt(conn, kCodeMismatch, deadline);
+    Log("a client at " + peer + " with a wrong match key: refused");
     return -1;
   }
   std::string server_key = "server:" + opt.key;
-  if (!SendInt(conn, kCodeSuccess) || !SendStr(conn, server_key)) return -1;
+  if (!SendInt(conn, kCodeSuccess, deadline) || !SendStr(conn, server_key, deadline)) return -1;
   int timeout_s = 0;
   for (size_t i = 1; i < words.size(); ++i) {
     if (words[i].rfind("-timeout=", 0) == 0) timeout_s = std::atoi(words[i].c_str() + 9);
@@ -268,27 +344,44 @@ void RemoveTree(const std::string& path) {
   rmdir(path.c_str());
 }
 
+// A client's file name as a path in the session's folder: a plain name only. The runtime's
+// upload, download and remove map their names through workpath, so this is every place.
+std::string SessionPath(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    Log("refused the file name \"" + name + "\"");
+    TVM_FFI_THROW(ValueError) << "tvm_rpc refused the file name \"" << name
+                              << "\": a session's files are plain names in its work folder "
+                                 "(no '/', not \".\" or \"..\")";
+  }
+  return g_workdir + "/" + name;
+}
+
 void RegisterSessionFunctions() {
   namespace ffi = tvm::ffi;
   ffi::Function::SetGlobal(
       "tvm.rpc.server.workpath",
       ffi::Function::FromTyped([](ffi::String name) -> ffi::String {
-        return ffi::String(g_workdir + "/" + std::string(name));
+        return ffi::String(SessionPath(std::string(name)));
       }),
       true);
   ffi::Function::SetGlobal(
       "tvm.rpc.server.load_module",
       ffi::Function::FromTyped([](ffi::String name) -> ffi::Module {
-        std::string path = g_workdir + "/" + std::string(name);
+        std::string path = SessionPath(std::string(name));
         Log("load_module " + path);
         return ffi::Module::LoadFromFile(ffi::String(path));
       }),
       true);
 }
 
-// One session in a process of its own; the phone goes on whatever the session does.
-void Serve(int conn, int timeout_s, const Options& opt, const std::string& peer,
+// One session in a process of its own; the phone goes on whatever the session does. It ends
+// after `asked_s` (its client's timeout; 0: none) or the phone's cap, the sooner.
+void Serve(int conn, int asked_s, const Options& opt, const std::string& peer,
            const std::vector<int>& inherited) {
+  int cap_s = opt.session_cap_s;
+  bool capped = cap_s > 0 && (asked_s <= 0 || asked_s > cap_s);
+  int timeout_s = capped ? cap_s : asked_s;
   std::string tmpl = opt.work_dir + "/tvm_rpc-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
@@ -327,13 +420,17 @@ void Serve(int conn, int timeout_s, const Options& opt, const std::string& peer,
     } else if (got < 0) {
       break;
     } else if (std::chrono::steady_clock::now() > deadline) {
-      Log("session of " + peer + " ran past its " + std::to_string(timeout_s) + " s: killed");
+      std::string limit = capped ? "the phone's session cap of " + std::to_string(cap_s) +
+                                       " s (tvm_rpc --session-cap-s)"
+                                 : "its " + std::to_string(timeout_s) + " s";
+      Log("session of " + peer + " ran past " + limit + ": killed");
       auto ret = tvm::ffi::Function::GetGlobal("rpc.ReturnException");
       if (ret.has_value()) {
+        std::string hint = capped ? "the phone's cap (tvm_rpc --session-cap-s) is reached"
+                                  : "try to increase the \"session_timeout\" value";
         (*ret)(static_cast<int64_t>(conn),
                tvm::ffi::String("RPCSessionTimeoutError: Your " + std::to_string(timeout_s) +
-                                "s session has expired, try to increase the "
-                                "\"session_timeout\" value."));
+                                "s session has expired, " + hint + "."));
       }
       kill(child, SIGKILL);
       waitpid(child, &status, 0);
@@ -379,11 +476,16 @@ bool ParseArgs(int argc, char** argv, Options* opt) {
       opt->custom_addr = v;
     } else if (a == "--work-dir" && value(&v)) {
       opt->work_dir = v;
+    } else if (a == "--handshake-timeout-s" && value(&v)) {
+      opt->handshake_timeout_s = std::atoi(v.c_str());
+    } else if (a == "--session-cap-s" && value(&v)) {
+      opt->session_cap_s = std::atoi(v.c_str());
     } else {
       return false;
     }
   }
-  return !opt->key.empty() && opt->tracker_port > 0 && opt->port_end > opt->port;
+  return !opt->key.empty() && opt->tracker_port > 0 && opt->port_end > opt->port &&
+         opt->handshake_timeout_s > 0 && opt->session_cap_s >= 0;
 }
 
 }  // namespace
@@ -393,7 +495,9 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &opt)) {
     std::fprintf(stderr,
                  "usage: tvm_rpc --tracker HOST:PORT --key KEY [--host H] [--port P] "
-                 "[--port-end E] [--custom-addr ADDR] [--work-dir DIR]\n");
+                 "[--port-end E] [--custom-addr ADDR] [--work-dir DIR]\n"
+                 "               [--handshake-timeout-s S (> 0, default 10)]\n"
+                 "               [--session-cap-s S (0: none, default 600)]\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -406,7 +510,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   Log("listening on " + opt.host + ":" + std::to_string(port) + ", key " + opt.key +
-      ", tracker " + opt.tracker_host + ":" + std::to_string(opt.tracker_port));
+      ", tracker " + opt.tracker_host + ":" + std::to_string(opt.tracker_port) +
+      ", handshake timeout " + std::to_string(opt.handshake_timeout_s) + " s, session cap " +
+      (opt.session_cap_s > 0 ? std::to_string(opt.session_cap_s) + " s" : "none"));
   Tracker tracker(opt, port);
   while (true) {
     if (!tracker.Register()) {  // the tracker is not there (yet, or any more): try again
@@ -430,7 +536,8 @@ int main(int argc, char** argv) {
       getnameinfo(reinterpret_cast<sockaddr*>(&from), len, host, sizeof(host), nullptr, 0,
                   NI_NUMERICHOST);
       peer = host;
-      int timeout_s = Handshake(conn, tracker, opt);
+      KeepAlive(conn);
+      int timeout_s = Handshake(conn, tracker, opt, peer);
       if (timeout_s < 0) {
         close(conn);
         conn = -1;
