@@ -34,8 +34,9 @@ def pickled_payloads(path: Path) -> list[str]:
     found: list[str] = []
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
+        root = archive_root(names)
         for name in names:
-            rel = _relative(name)
+            rel = name[len(root):]
             if rel.startswith("data/aotinductor/"):
                 found.append(f"{rel} (compiled AOTInductor code)")
             elif rel.startswith(("data/weights/", "data/constants/")) and rel.endswith(".pt"):
@@ -46,10 +47,43 @@ def pickled_payloads(path: Path) -> list[str]:
     return sorted(set(found))
 
 
-def _relative(name: str) -> str:
-    """An archive entry without the archive's own top folder (`resnet/data/...`)."""
-    parts = name.split("/", 1)
-    return parts[1] if len(parts) == 2 and not name.startswith(("data/", "models/")) else name
+def archive_root(names: list[str]) -> str:
+    """The archive's own top folder (`resnet/`, or `data/` for a file saved as data.pt2), as
+    torch finds it: the folder of the archive's first entry, which every entry must be in
+    (torch reads `<root>/<name>` and refuses an archive with an entry elsewhere). ValueError
+    when there is none, an entry lies outside it, or two entries have one name (the zip
+    reader here and torch's could read different ones)."""
+    if not names or "/" not in names[0]:
+        raise ValueError("its first entry is not in a folder (torch reads none like it)")
+    root = names[0].split("/", 1)[0] + "/"
+    outside = [n for n in names if not n.startswith(root)]
+    if outside:
+        raise ValueError(f"entry {outside[0]!r} lies outside the archive's folder {root!r}")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"entry {twice[0]!r} is in the archive twice")
+    return root
+
+
+def code_payloads(path: Path) -> list[str]:
+    """What a TorchScript file would run as torch loads it or that no graph shows: a class's
+    `__setstate__` (TorchScript code run while the file loads, before any check), and
+    objects of C++ classes (`torch.classes`: native methods). Read from the archive's
+    entries, never loaded; raises as `pickled_payloads` does."""
+    found: list[str] = []
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        root = archive_root(names)
+        for name in names:
+            rel = name[len(root):]
+            if not (rel.startswith("code/") or rel.endswith(".pkl")):
+                continue
+            data = zf.read(name)
+            if rel.startswith("code/") and b"__setstate__" in data:
+                found.append(f"{rel} (__setstate__: code that runs as the file loads)")
+            if b"torch.classes" in data:
+                found.append(f"{rel} (objects of C++ classes)")
+    return sorted(set(found))
 
 
 def _pickled_in_config(raw: bytes, where: str) -> list[str]:
@@ -82,19 +116,25 @@ def check_model(path: Path, shapes: list[tuple[int, ...]] | None, allow_pickle: 
                          subject=str(path))
     if fmt == "pickle" and not allow_pickle:
         raise UsageError(PICKLE_REFUSED, subject=str(path), hint=PICKLE_HINT)
-    if fmt == "torch.export" and not allow_pickle:
-        try:
-            payloads = pickled_payloads(path)
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
-            raise IngestError(f"cannot read the archive: {e}", subject=str(path)) from e
-        if payloads:
-            shown = ", ".join(payloads[:5]) + (f" and {len(payloads) - 5} more"
-                                               if len(payloads) > 5 else "")
-            raise UsageError(f"this torch.export file holds what torch would unpickle or run "
-                             f"as code: {shown}", subject=str(path),
-                             hint="pass --allow-pickle if you trust it, or export it again "
-                                  "with plain tensors")
+    if fmt in ("torch.export", "torchscript") and not allow_pickle:
+        refuse_code(path, fmt)
     return fmt
+
+
+def refuse_code(path: Path, fmt: str) -> None:
+    """UsageError when the torch.export or TorchScript file at `path` holds what torch would
+    unpickle or run as code as it loads (`pickled_payloads`, `code_payloads`)."""
+    try:
+        payloads = pickled_payloads(path) if fmt == "torch.export" else code_payloads(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise IngestError(f"cannot read the archive: {e}", subject=str(path)) from e
+    if payloads:
+        shown = ", ".join(payloads[:5]) + (f" and {len(payloads) - 5} more"
+                                           if len(payloads) > 5 else "")
+        raise UsageError(f"this {fmt} file holds what torch would unpickle or run as code: "
+                         f"{shown}", subject=str(path),
+                         hint="pass --allow-pickle if you trust it, or export it again "
+                              "with plain tensors")
 
 
 PICKLE_REFUSED = "this is a pickled nn.Module; loading it runs code from the file"
@@ -122,11 +162,13 @@ def sniff_format(path: Path) -> str:
                           subject=str(path)) from e
     if bad is not None:
         raise IngestError(f"corrupt archive: entry {bad} fails its CRC check", subject=str(path))
-    if any(n.endswith("archive_format") for n in names) or any("/models/" in n for n in names):
+    root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
+    rel = {n[len(root):] for n in names if n.startswith(root)}  # as torch reads them
+    if "archive_format" in rel or any(n.startswith("models/") for n in rel):
         return "torch.export"
-    if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
+    if any(n.startswith("code/") for n in rel) and "constants.pkl" in rel:
         return "torchscript"
-    if any(n.endswith("data.pkl") for n in names):
+    if "data.pkl" in rel:
         return "pickle"
     raise IngestError("not a model: a zip file, but not one torch wrote", subject=str(path))
 
@@ -134,21 +176,34 @@ def sniff_format(path: Path) -> str:
 @contextlib.contextmanager
 def tensors_only(torch: ModuleType, path: Path) -> Iterator[None]:
     """While a .pt2 loads, torch unpickles tensors only: a call that asks for more (torch's
-    own fallback for sample inputs that fail to load weights-only) is refused, whatever the
-    archive's configs said (farm/pipeline/archive.py read them; they can lie)."""
+    own fallback for sample inputs that fail to load weights-only) is refused, and so is
+    any plain unpickling (`pickle.loads`, torch's `_pickle_load_obj`: how torch.export.load
+    reads opaque and custom objects), whatever the archive's configs said
+    (farm/pipeline/archive.py read them; they can lie)."""
+    import pickle
+
+    refused = UsageError("this torch.export file holds a pickle that is not plain tensors; "
+                         "loading it would run code the file carries", subject=str(path),
+                         hint="pass --allow-pickle if you trust it")
     original = torch.load
 
     def load(*args: object, **kwargs: object) -> object:
         if kwargs.get("weights_only") is False:
-            raise UsageError("this torch.export file holds a pickle that is not plain "
-                             "tensors; loading it would run code the file carries",
-                             subject=str(path), hint="pass --allow-pickle if you trust it")
+            raise refused
         kwargs["weights_only"] = True
         return original(*args, **kwargs)
 
+    def never(*_args: object, **_kwargs: object) -> object:
+        raise refused
+
+    held = [(torch, "load", load), (pickle, "loads", never),
+            (torch._C, "_pickle_load_obj", never)]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in held]
     # setattr: mypy reads a module's attributes through ModuleType, it does not let one be set
-    setattr(torch, "load", load)  # noqa: B010
+    for owner, name, value in held:
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        setattr(torch, "load", original)  # noqa: B010
+        for owner, name, value in originals:
+            setattr(owner, name, value)

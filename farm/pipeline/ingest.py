@@ -25,7 +25,14 @@ import numpy as np
 
 from farm.core.aliases import IRModule
 from farm.core.errors import ExtractError, IngestError, UsageError
-from farm.pipeline.archive import PICKLE_HINT, PICKLE_REFUSED, sniff_format, tensors_only
+from farm.pipeline.archive import (
+    PICKLE_HINT,
+    PICKLE_REFUSED,
+    refuse_code,
+    sniff_format,
+    tensors_only,
+)
+from farm.pipeline.operators import export_problems, torchscript_problems
 from farm.pipeline.rewrite import alias_overloads, promote_types, training_ops
 
 if TYPE_CHECKING:  # torch is imported when a model is read, not with this module
@@ -200,7 +207,7 @@ def _to_exported_program(torch: ModuleType, path: Path, fmt: str,
                  for i, (s, d) in enumerate(zip(shapes, parse_dtypes(dtype, len(shapes)),
                                                 strict=True)))
     if fmt == "torchscript":
-        return _from_torchscript(torch, path, args), args
+        return _from_torchscript(torch, path, args, allow_pickle), args
     return _from_pickle(torch, path, args, allow_pickle), args
 
 
@@ -214,6 +221,8 @@ def _from_export(torch: ModuleType, path: Path, shapes: list[tuple[int, ...]] | 
     except Exception as e:  # noqa: BLE001
         raise IngestError(f"torch.export.load failed (truncated or corrupt?): {_first_line(e)}",
                           subject=str(path)) from e
+    if not allow_pickle:  # before the program first runs
+        _refuse_ops(export_problems(torch, ep), "torch.export", path)
     user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder"
                    and n.name in set(ep.graph_signature.user_inputs)]
     dims = [list(n.meta["val"].shape) for n in user_inputs]  # an int, or a SymInt where dynamic
@@ -267,12 +276,29 @@ def _check_shapes(ep: ExportedProgram, path: Path, shapes: list[tuple[int, ...]]
                                  f"export; --input-shape gives {w}", subject=str(path))
 
 
-def _from_torchscript(torch: ModuleType, path: Path, args: tuple[Tensor, ...]) -> ExportedProgram:
+def _refuse_ops(problems: list[str], fmt: str, path: Path) -> None:
+    if problems:
+        shown = ", ".join(problems[:5]) + (f" and {len(problems) - 5} more"
+                                           if len(problems) > 5 else "")
+        raise UsageError(f"this {fmt} model runs more than torch's computing operators: "
+                         f"{shown}", subject=str(path),
+                         hint="pass --allow-pickle if you trust the file's code")
+
+
+def _from_torchscript(torch: ModuleType, path: Path, args: tuple[Tensor, ...],
+                      allow_pickle: bool) -> ExportedProgram:
+    """A TorchScript file is a program: without `allow_pickle`, nothing in it may run as it
+    loads (`code_payloads`) and its graphs may hold torch's computing operators only
+    (farm/pipeline/operators.py), checked before the model first runs."""
+    if not allow_pickle:
+        refuse_code(path, "torchscript")
     try:
         ts = torch.jit.load(str(path), map_location="cpu").eval()
     except Exception as e:  # noqa: BLE001
         raise IngestError(f"torch.jit.load failed (truncated or corrupt?): {_first_line(e)}",
                           subject=str(path)) from e
+    if not allow_pickle:
+        _refuse_ops(torchscript_problems(torch, ts), "TorchScript", path)
     _check_runs(torch, ts, args, path)
     try:
         from torch._export.converter import TS2EPConverter
