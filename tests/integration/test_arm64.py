@@ -233,6 +233,8 @@ def test_the_native_phone_refuses_names_outside_its_work_folder(guarded_phone, t
     remote.upload(bytearray(b"mine"), "ok.bin")  # a plain name: as before
     assert bytes(remote.download("ok.bin")) == b"mine"
     workpath = remote.get_function("tvm.rpc.server.workpath")
+    folder = Path(workpath(""))  # "": the session's folder (MetaSchedule's clean-up removes it)
+    assert folder.parent == work and folder.name.startswith("tvm_rpc-")
     for name in ("../escape.bin", str(tmp_path / "abs.bin"), "..", "sub/../../x.bin"):
         with pytest.raises(RPCError, match=refused):
             remote.upload(bytearray(b"evil"), name)

@@ -18,8 +18,8 @@
 // --session-cap-s (0: no cap); the tracker link and every session's connection have TCP
 // keepalive (a peer that vanished is noticed in about a minute); and every file name a client
 // gives (workpath, hence upload, download and remove; load_module) is a plain name in the
-// session's folder: one with a '/' (absolute or not) or that is "." or ".." is refused with an
-// error saying so. Built by the farm for
+// session's folder ("": the folder): one with a '/' (absolute or not) or that is "." or ".."
+// is refused with an error saying so. Built by the farm for
 // aarch64 (farm/devices/arm64sim.py) and linked against the pinned TVM wheel's own
 // libtvm_runtime.so and libtvm_ffi.so: the pair a user pushes to a Linux board with adb.
 // TVM's apps/cpp_rpc is the same shape, with Android and Windows parts this one leaves out.
@@ -344,10 +344,11 @@ void RemoveTree(const std::string& path) {
   rmdir(path.c_str());
 }
 
-// A client's file name as a path in the session's folder: a plain name only. The runtime's
-// upload, download and remove map their names through workpath, so this is every place.
+// A client's file name as a path in the session's folder: a plain name only, or "" for the
+// folder itself (MetaSchedule's default_cleanup ends with remove("")). The runtime's upload,
+// download and remove map their names through workpath, so this is every place.
 std::string SessionPath(const std::string& name) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+  if (name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos) {
     Log("refused the file name \"" + name + "\"");
     TVM_FFI_THROW(ValueError) << "tvm_rpc refused the file name \"" << name
