@@ -43,6 +43,17 @@ def hot(wk: str) -> str:
     return key_for("wl", wk, "hot")
 
 
+def commits(wk: str) -> str:
+    """Hash, expiring (`COMMITS_TTL_S` after the last commit): commit attempt id -> what the
+    commit answered, so that a commit sent again by the client's retry (its reply lost to a
+    dropped connection or a failover) is answered as the first time, never counted twice."""
+    return key_for("wl", wk, "commits")
+
+
+COMMITS_TTL_S = 120
+COMMITS_KEPT = 512  # attempts remembered per workload within the TTL
+
+
 def spool() -> str:
     """List: "<workload key>\\n<packed record>", whole records on their way to the archive
     (farm/store/cold.py drains it)."""

@@ -15,8 +15,13 @@
 -- ARGV[7] "1" when the record is verified (measured by a phone of the farm), "0" imported
 -- ARGV[8] the TVM version the record was measured with ("" unknown)
 -- ARGV[9] K: whole records kept in Redis for this workload
+-- KEYS[8] commits hash (attempt id -> answer), or "" for none
+-- ARGV[10] this commit's attempt id (the same when the client sends the commit again)
+-- ARGV[11] seconds the commits hash is kept after its last commit
+-- ARGV[12] attempts it keeps at most
 -- Returns 1 when the record is new (or replaced an unverified one), 0 when this candidate
--- was already stored. A run time that is not a finite number > 0 is refused (an error).
+-- was already stored; a commit sent again (its attempt id known) returns what the first
+-- did and changes nothing. A run time that is not a finite number > 0 is refused (an error).
 local us = nil
 if ARGV[4] ~= '' then
   us = tonumber(ARGV[4])
@@ -24,52 +29,71 @@ if ARGV[4] ~= '' then
     return redis.error_reply('run time ' .. ARGV[4] .. ' us is not a finite number > 0: refused')
   end
 end
-local verified = ARGV[7] == '1'
-local new = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-local replaced = false
-if new == 0 and verified then
-  -- a phone of the farm measured a candidate stored unverified (imported) or measured with
-  -- another TVM version: this measurement replaces it
-  local untrusted = redis.call('SREM', KEYS[5], ARGV[1]) == 1
-  if not untrusted then
-    local _, _, old_verified, old_tvm = entry_fields(redis.call('HGET', KEYS[1], ARGV[1]))
-    untrusted = (not old_verified) or (ARGV[8] ~= '' and old_tvm ~= '' and old_tvm ~= ARGV[8])
+if KEYS[8] ~= '' then
+  local answered = redis.call('HGET', KEYS[8], ARGV[10])
+  if answered then
+    return tonumber(answered)
   end
-  if untrusted then
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-    new = 1
-    replaced = true
+  if redis.call('HLEN', KEYS[8]) >= tonumber(ARGV[12]) then
+    redis.call('DEL', KEYS[8])
   end
 end
-if KEYS[4] ~= '' and ARGV[6] == '1' then
-  redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|measurements', 1)
-  if new == 1 then
-    redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|new', 1)
-  else
-    redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|duplicates', 1)
+
+local function commit()
+  local verified = ARGV[7] == '1'
+  local new = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+  local replaced = false
+  if new == 0 and verified then
+    -- a phone of the farm measured a candidate stored unverified (imported) or measured with
+    -- another TVM version: this measurement replaces it
+    local untrusted = redis.call('SREM', KEYS[5], ARGV[1]) == 1
+    if not untrusted then
+      local _, _, old_verified, old_tvm = entry_fields(redis.call('HGET', KEYS[1], ARGV[1]))
+      untrusted = (not old_verified) or (ARGV[8] ~= '' and old_tvm ~= '' and old_tvm ~= ARGV[8])
+    end
+    if untrusted then
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+      new = 1
+      replaced = true
+    end
   end
-end
-if new == 0 then
-  return 0
-end
--- the whole record: kept hot while among the K fastest (failures leave first), else archived
-redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
-if redis.call('HLEN', KEYS[6]) > tonumber(ARGV[9]) then
-  evict_slowest(KEYS[1], KEYS[6], KEYS[7], ARGV[5])
-end
-if not verified then
-  redis.call('SADD', KEYS[5], ARGV[1])
-  return 1  -- never the best before a phone of the farm measured it
-end
-if KEYS[3] ~= '' then
-  redis.call('HINCRBY', KEYS[3], ARGV[5], 1)
-end
-if replaced and redis.call('HGET', KEYS[2], 'cand') == ARGV[1] then
-  recompute_best(KEYS[1], KEYS[2], KEYS[6])
-elseif us then
-  local cur = redis.call('HGET', KEYS[2], 'us')
-  if (not cur) or us < tonumber(cur) then
-    redis.call('HSET', KEYS[2], 'cand', ARGV[1], 'us', ARGV[4], 'record', ARGV[3])
+  if KEYS[4] ~= '' and ARGV[6] == '1' then
+    redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|measurements', 1)
+    if new == 1 then
+      redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|new', 1)
+    else
+      redis.call('HINCRBY', KEYS[4], ARGV[5] .. '|duplicates', 1)
+    end
   end
+  if new == 0 then
+    return 0
+  end
+  -- the whole record: kept hot while among the K fastest (failures leave first), else archived
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
+  if redis.call('HLEN', KEYS[6]) > tonumber(ARGV[9]) then
+    evict_slowest(KEYS[1], KEYS[6], KEYS[7], ARGV[5])
+  end
+  if not verified then
+    redis.call('SADD', KEYS[5], ARGV[1])
+    return 1  -- never the best before a phone of the farm measured it
+  end
+  if KEYS[3] ~= '' then
+    redis.call('HINCRBY', KEYS[3], ARGV[5], 1)
+  end
+  if replaced and redis.call('HGET', KEYS[2], 'cand') == ARGV[1] then
+    recompute_best(KEYS[1], KEYS[2], KEYS[6])
+  elseif us then
+    local cur = redis.call('HGET', KEYS[2], 'us')
+    if (not cur) or us < tonumber(cur) then
+      redis.call('HSET', KEYS[2], 'cand', ARGV[1], 'us', ARGV[4], 'record', ARGV[3])
+    end
+  end
+  return 1
 end
-return 1
+
+local answer = commit()
+if KEYS[8] ~= '' then
+  redis.call('HSET', KEYS[8], ARGV[10], answer)
+  redis.call('EXPIRE', KEYS[8], tonumber(ARGV[11]))
+end
+return answer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -157,18 +158,28 @@ class RedisRecords:
         wk = rec.workload_key
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         zdict = self._zdict(wk, rec)
+        attempt = uuid.uuid4().hex[:16]  # the same when redis-py sends the commit again
         try:
-            new = bool(self._script(
+            # the commit and its WAIT on one connection (a pipeline's): WAIT counts the
+            # replicas that have this connection's writes, so on another it proves nothing
+            pipe = self.r.pipeline(transaction=False)
+            self._script(
                 keys=[keys.records(wk), keys.best(wk),
                       keys.job_measured(rec.job_id) if rec.job_id else "",
                       keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
-                      keys.hot(wk), keys.spool()],
+                      keys.hot(wk), keys.spool(), keys.commits(wk)],
                 args=[rec.candidate, entry_of(rec), pack(rec, zdict), run_us, wk,
                       "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
-                      str(max(1, self.hot_records))],
-            ))
-            self._replicated()
-            return new
+                      str(max(1, self.hot_records)), attempt, str(keys.COMMITS_TTL_S),
+                      str(keys.COMMITS_KEPT)],
+                client=pipe)
+            replicas = self._replica_count()
+            if replicas:
+                pipe.wait(1, int(REPLICA_WAIT_S * 1000))
+            answers = pipe.execute()
+            if replicas:
+                self._replicated(int(answers[1]), replicas)
+            return bool(answers[0])
         except redis.exceptions.OutOfMemoryError as e:
             raise StoreError(f"{_FULL[0]}: {e}", subject=f"{redact(self.url)}, workload {wk}",
                              hint=_FULL[1]) from e
@@ -177,18 +188,22 @@ class RedisRecords:
                 raise
             raise StoreError(str(e), subject=f"record {rec.candidate} of workload {wk}") from e
 
-    def _replicated(self) -> None:
-        """Where the primary has a replica, a commit returns once one replica has it too
-        (WAIT): a failover (Sentinel) then loses no record a round was told is stored."""
+    def _replica_count(self) -> int:
+        """The primary's replicas, read again every REPLICAS_READ_S. Where it has one, a
+        commit returns once one replica has it too (WAIT): a failover (Sentinel) then loses
+        no record a round was told is stored."""
         now, seen = time.monotonic(), self._replicas
         if now - seen.read_at > REPLICAS_READ_S:
             seen.count = int(self.r.info("replication").get("connected_slaves", 0))
             seen.read_at = now
-        if seen.count and int(self.r.wait(1, int(REPLICA_WAIT_S * 1000))) < 1 and (
-                now - seen.warned_at > 60):
+        return seen.count
+
+    def _replicated(self, acknowledged: int, replicas: int) -> None:
+        now, seen = time.monotonic(), self._replicas
+        if acknowledged < 1 and now - seen.warned_at > 60:
             seen.warned_at = now
             log.warning("store: no replica acknowledged a record within %.0f s (replicas: "
-                        "%d); the record is on the primary only", REPLICA_WAIT_S, seen.count)
+                        "%d); the record is on the primary only", REPLICA_WAIT_S, replicas)
 
     def _record_text(self, wk: str, blob: bytes) -> str:
         """A whole record's JSON from its packed blob, unpacked with the dictionary whose id
