@@ -77,6 +77,8 @@ class FarmConfig:
     # workers/round/borrow.py): "auto" when this host is short of cores for its phones,
     # "always" whenever a helper is alive, "never"
     borrow_search: str = "auto"
+    # a lent round takes its search back when its helper sends no batch within this long
+    lent_batch_timeout_s: float = 180.0
     # a workload the store has never measured measures first up to this many of its
     # relatives' best schedules, replayed on it (workers/round/transfer.py); 0 (default): never.
     # Off by default: TVM's evolutionary search then crashed on some seeded rounds
@@ -146,14 +148,14 @@ class FarmConfig:
     def _check_seconds(self, bad: Callable[[str, str], UsageError]) -> None:
         for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
                      "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
-                     "phone_aside_s", "archive_retention_days"):
+                     "phone_aside_s", "archive_retention_days", "lent_batch_timeout_s"):
             if not math.isfinite(getattr(self, name)):
                 raise bad(name, "must be a finite number of seconds")
         for name in ("phone_delay_s", "phone_aside_s", "archive_retention_days"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
-                     "supervisor_interval_s", "phone_lost_window_s"):
+                     "supervisor_interval_s", "phone_lost_window_s", "lent_batch_timeout_s"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
 
@@ -276,6 +278,7 @@ _ENV = {
     "round_handoff": "FARM_ROUND_HANDOFF",
     "search_ahead": "FARM_SEARCH_AHEAD",
     "borrow_search": "FARM_BORROW_SEARCH",
+    "lent_batch_timeout_s": "FARM_LENT_BATCH_TIMEOUT_S",
     "transfer_seeds": "FARM_TRANSFER_SEEDS",
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",

@@ -80,6 +80,9 @@ class StoredRecord(_Message):
     source: str = "job"
     tvm: str = ""
     verified: bool = True  # measured by a phone of the farm (False: imported, unverified)
+    # the host and compilers that built the kernel ("<host>: LLVM <v>, <linker> <v>"; a lent
+    # round's are its helper's, workers/round/identity.py); "" unknown (imported, or older)
+    builder: str = ""
 
     @property
     def valid(self) -> bool:

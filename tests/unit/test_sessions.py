@@ -77,15 +77,19 @@ def test_a_batch_and_its_results_cross_the_wire_intact(tmp_path):
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+    from workers.round.identity import BuildIdentity
     from workers.round.lend import batch_blob, results_blob, runner_results, unpack
 
     lib = tmp_path / "build" / "tmp.so"
     lib.parent.mkdir()
     lib.write_bytes(bytes(range(256)) * 40)
     blob = batch_blob(3, [["trace-a"], ["trace-b"]],
-                      [BuilderResult(str(lib), None), BuilderResult(None, "LLVM said no")])
+                      [BuilderResult(str(lib), None), BuilderResult(None, "LLVM said no")],
+                      BuildIdentity("farm@helper", "0.27.0", "22", "g++ 12"))
     got = unpack(blob)
     assert got["index"] == 3 and len(blob) < lib.stat().st_size  # compressed
+    assert BuildIdentity.from_json(got["builder"]) == BuildIdentity("farm@helper", "0.27.0",
+                                                                    "22", "g++ 12")
     ok, failed = got["items"]
     assert ok["record"] == ["trace-a"] and ok["name"] == "tmp.so"
     import base64

@@ -22,10 +22,14 @@ searching none here was no faster with 8 phones and slower with 16, the host's c
 half idle).
 
 If no helper takes the session within CLAIM_S, or the helper's beat stops (killed, its
-machine gone), or it fails, the round searches the rest of its trials here: what the helper's
+machine gone), or it sends no batch within `lent_batch_timeout_s` (its search hangs while its
+beat runs), or it fails, the round searches the rest of its trials here: what the helper's
 batches measured is in the store, so nothing is measured twice. A batch of which the helper
-built nothing is the helper's fault (no compiler for the profile, another TVM), not the
-kernels': it is not stored, and the round goes on here.
+built nothing is the helper's fault (no compiler for the profile), not the kernels': it is not
+stored, and the round goes on here. So is a batch another TVM version built (each batch says
+who built it: workers/round/identity.py), refused before it reaches a phone; a batch other
+compilers built is measured, its records stamped with the helper's identity. The workload's
+lease (workers/round/measure.py) is renewed while the round waits for the helper's batches.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
+from workers.round.identity import BuildIdentity, this_host
 from workers.round.lend import BEAT_S, beating, results_blob, session_ttl, unpack
+from workers.round.measure import LEASE_TTL_S
 from workers.round.pipeline import OnPhones
 
 if TYPE_CHECKING:
@@ -182,9 +188,14 @@ def lend(b: Borrowing, device: str, room: int) -> Lent | None:
 
 def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work_dir: str,
              lent: Lent) -> None:
+    ctx = b.rnd.ctx
+    mine = this_host(ctx.host, ctx.profile(b.rnd.req.device_key))
+    deadline_s = float(ctx.config.lent_batch_timeout_s)
     claim_by = time.monotonic() + CLAIM_S
+    heard: float | None = None  # the helper's last batch (or its claim, or results sent it)
     index = 0
     while True:
+        _renew_lease(b)
         blob = sessions.pop(sid, "batches", BEAT_S)
         if blob is None:
             holder = sessions.holder(sid, "helper")
@@ -192,8 +203,14 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
                 lent.why = (f"helper {lent.helper} stopped beating" if lent.helper
                             else f"no helper took the search within {CLAIM_S:.0f} s")
                 return
+            heard = time.monotonic() if heard is None and holder is not None else heard
             lent.helper = holder or lent.helper
+            if heard is not None and time.monotonic() - heard > deadline_s:
+                lent.why = (f"helper {lent.helper} sent no batch within {deadline_s:.0f} s "
+                            f"(lent_batch_timeout_s): the round is taken back")
+                return
             continue
+        heard = time.monotonic()
         got = unpack(blob)
         if got.get("end"):
             lent.complete = not got.get("error")
@@ -206,21 +223,61 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
             lent.counts["handed_off"] = 1
             return
         lent.helper = lent.helper or sessions.holder(sid, "helper") or ""
+        theirs = _builder(got, mine, lent, index)
+        if theirs is None:
+            return
         items = got["items"]
         if items and all("error" in i for i in items):  # the helper's builds, not the kernels
             lent.why = (f"helper {lent.helper} built none of a batch (not stored): "
                         f"{str(items[0]['error'])[-300:]}")
             return
-        results, measured = _measure_batch(b, got, device, os.path.join(work_dir, str(index)))
+        results, measured = _measure_batch(b, got, device, os.path.join(work_dir, str(index)),
+                                           theirs)
         lent.measured += measured
         sessions.push(sid, "results", results_blob(int(got["index"]), results))
+        heard = time.monotonic()  # the phones' time is not the helper's
         index += 1
 
 
-def _measure_batch(b: Borrowing, got: JsonDict, device: str,
-                   folder: str) -> tuple[list[RunnerResult], int]:
-    """Measure one of the helper's batches on the phones and commit it; every item's result
-    (a record refused here: its reason, not measured) and how many were measured."""
+def _builder(got: JsonDict, mine: BuildIdentity, lent: Lent, index: int) -> BuildIdentity | None:
+    """Who built a helper's batch, when this host measures it; None: refused (`lent.why`
+    says why: another TVM built it, or it does not say who did)."""
+    try:
+        theirs = BuildIdentity.from_json(got.get("builder"))
+    except ValueError as e:
+        lent.why = (f"helper {lent.helper} did not say who built its batch (an older tunefarm?), "
+                    f"refused, not measured: {e}")
+        return None
+    refused = mine.refuses(theirs)
+    if refused is not None:
+        lent.why = f"helper {lent.helper}'s batch refused, not measured: {refused}"
+        return None
+    differs = mine.differs(theirs) if index == 0 else None
+    if differs is not None:
+        log.warning("search session of %s: helper %s builds with other compilers (%s); its "
+                    "records say so", mine.host, theirs.host, differs)
+    return theirs
+
+
+def _renew_lease(b: Borrowing) -> None:
+    """Renew the workload's lease while the round waits for its helper (a measured batch
+    renews it too: workers/host/app.py)."""
+    store, req = b.rnd.store, b.rnd.req
+    try:
+        holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
+    except Exception as e:  # noqa: BLE001 - the store restarting: renewed at the next pass
+        log.warning("round %s: the workload's lease not renewed: %s", req.round_id, e)
+        return
+    if holder is not None:
+        log.warning("round %s: job %s holds the lease of workload %s now", req.round_id,
+                    holder, req.workload_key)
+
+
+def _measure_batch(b: Borrowing, got: JsonDict, device: str, folder: str,
+                   built_by: BuildIdentity) -> tuple[list[RunnerResult], int]:
+    """Measure one of the helper's batches on the phones and commit it, its records stamped
+    with who built them; every item's result (a record refused here: its reason, not
+    measured) and how many were measured."""
     from farm.tir.module import tuning_record as tir_tuning_record
 
     os.makedirs(folder, exist_ok=True)
@@ -244,7 +301,7 @@ def _measure_batch(b: Borrowing, got: JsonDict, device: str,
         cands.append(cand)
     results = [f() for f in OnPhones(b.runner).send(cands, built, device)] if cands else []
     if cands:
-        b.callback(cands, built, results)
+        b.callback(cands, built, results, built_by=built_by)
     shutil.rmtree(folder, ignore_errors=True)
     return [results[s] if isinstance(s, int) else RunnerResult(None, s) for s in slots], len(cands)
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RunnerResult
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
+    from workers.round.identity import BuildIdentity
+
 log = logging.getLogger(__name__)
 
 
@@ -75,12 +77,14 @@ def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, l
 
 class StoreCallback:
     """The store's side of a measured batch (workers/round/pipeline.py tells it each batch):
-    every candidate's record committed, classified, counted; which phone measured what."""
+    every candidate's record committed, classified, counted, stamped with what built it (this
+    host: `built_by`; a lent batch: its helper's); which phone measured what."""
 
     def __init__(self, store: RecordStore, tuned: TunedWorkload, provenance: Provenance,
                  counters: RoundCounters,
                  on_progress: Callable[[RoundCounters], None] | None = None,
-                 runner: BoundedRPCRunner | None = None) -> None:
+                 runner: BoundedRPCRunner | None = None,
+                 built_by: BuildIdentity | None = None) -> None:
         self.store = store
         self.tuned = tuned
         self.workload_key = tuned.key
@@ -89,6 +93,7 @@ class StoreCallback:
         self.on_progress = on_progress
         # its `started` times the batch's measurement; its phone log, which phone measured what
         self.runner = runner
+        self.built_by = built_by
 
     def _device_lost(self, candidate: str, error_msg: str) -> int:
         """A run sent to a phone that went away: counted (it is not stored; a culprit is, and
@@ -128,8 +133,10 @@ class StoreCallback:
             raise
 
     def __call__(self, measure_candidates: list[MeasureCandidate],
-                 builder_results: list[BuilderResult], runner_results: list[RunnerResult]) -> None:
+                 builder_results: list[BuilderResult], runner_results: list[RunnerResult],
+                 built_by: BuildIdentity | None = None) -> None:
         c = self.counters
+        built_by = built_by or self.built_by
         if self.runner is not None and self.runner.started:  # the batch's time on the phones
             ended = self.runner.ended if self.runner.ended > self.runner.started else None
             c.measure_s += (ended or time.monotonic()) - self.runner.started
@@ -150,7 +157,9 @@ class StoreCallback:
                 workload_key=self.workload_key, candidate=candidate_hash(record), record=record,
                 run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
                 job_id=self.provenance.job_id, host=self.provenance.host,
-                measured_at=time.time(), source="job", tvm=TVM_VERSION,
+                measured_at=time.time(), source="job",
+                tvm=built_by.tvm if built_by is not None else TVM_VERSION,
+                builder=built_by.stamp if built_by is not None else "",
             )
             try:
                 added = self.store.add_record(stored)

@@ -9,8 +9,9 @@ phone host would, a batch ahead of the phones; only where a batch is measured di
 built kernels inside, and the loop waits for its measurements to come back. The phone host
 commits the records; the helper commits nothing.
 
-On the wire (zlib-compressed JSON): a batch {"index", "items": [{"record", "lib" (base64 of
-the built kernel), "name"} or {"record", "error"}]}, the last item of the session {"end",
+On the wire (zlib-compressed JSON): a batch {"index", "builder" (who built it: its host, TVM
+and compilers, workers/round/identity.py), "items": [{"record", "lib" (base64 of the built
+kernel), "name"} or {"record", "error"}]}, the last item of the session {"end",
 "counts", "error", "ranked_by"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
 """
 
@@ -37,6 +38,7 @@ from farm.core.messages import RoundRequest
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
+from workers.round.identity import BuildIdentity, this_host
 from workers.round.search import TunedWorkload
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,10 @@ def unpack(blob: bytes) -> JsonDict:
     return got
 
 
-def batch_blob(index: int, records: list[object], built: list[BuilderResult]) -> bytes:
-    """A built batch for the phone host: each candidate's record, its kernel or build error."""
+def batch_blob(index: int, records: list[object], built: list[BuilderResult],
+               builder: BuildIdentity) -> bytes:
+    """A built batch for the phone host: who built it, each candidate's record, its kernel or
+    build error."""
     items: list[JsonDict] = []
     for rec, b in zip(records, built, strict=True):
         if b.error_msg is not None or b.artifact_path is None:
@@ -73,7 +77,7 @@ def batch_blob(index: int, records: list[object], built: list[BuilderResult]) ->
         with open(str(b.artifact_path), "rb") as f:
             lib = base64.b64encode(f.read()).decode()
         items.append({"record": rec, "name": os.path.basename(str(b.artifact_path)), "lib": lib})
-    return pack({"index": index, "items": items})
+    return pack({"index": index, "builder": builder.to_json(), "items": items})
 
 
 def results_blob(index: int, results: list[RunnerResult]) -> bytes:
@@ -118,13 +122,14 @@ class ToPhoneHost:
     sessions: SearchSessions
     sid: str
     tuned: TunedWorkload
+    builder: BuildIdentity
     sent: int = 0
     _got: dict[int, list[RunnerResult]] = field(default_factory=dict)
 
     def send(self, cands: list[MeasureCandidate], built: list[BuilderResult],
              device: str) -> list[Callable[[], RunnerResult]]:
         index, self.sent = self.sent, self.sent + 1
-        blob = batch_blob(index, [self.tuned.record(c) for c in cands], built)
+        blob = batch_blob(index, [self.tuned.record(c) for c in cands], built, self.builder)
         if not self.sessions.push(self.sid, "batches", blob):
             raise SessionEnded(f"the phone host ended the session: {self._why()}")
         return [functools.partial(self._result, index, i) for i in range(len(cands))]
@@ -187,6 +192,7 @@ def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, si
 
         check_triple(profile)
     w = Workload.load(store, task)
-    where = Where(ToPhoneHost(sessions, sid, w.tuned), lambda *_: None, None, ahead=True)
+    where = Where(ToPhoneHost(sessions, sid, w.tuned, this_host(ctx.host, profile)),
+                  lambda *_: None, None, ahead=True)
     facts, counts = search_round(ctx, store, req, task, w, trials, where)
     return counts, facts.ranked_by

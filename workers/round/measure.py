@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from workers.round.search import RoundFacts
 
 log = logging.getLogger(__name__)
-LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round
+LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round (and
+# while a lent round waits for its helper's batches: workers/round/borrow.py)
 ENDED = ("cancelled", "finalized", "failed")
 
 
@@ -240,6 +241,7 @@ class Tuning:
 
 def _tune(rnd: Round) -> RoundResult:
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
+    from workers.round.identity import this_host
     from workers.round.search import RoundFacts
 
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
@@ -251,7 +253,8 @@ def _tune(rnd: Round) -> RoundResult:
     # the runner: the batches' time on the phones, and which phone measured what
     callback = StoreCallback(store, w.tuned, Provenance(req.job_id, ctx.host, req.device_key,
                                                         task.name, req.round_id),
-                             RoundCounters(), rnd.on_progress, runner)
+                             RoundCounters(), rnd.on_progress, runner,
+                             this_host(ctx.host, profile))
     # one possible schedule: measure it once, never spin a search on it
     t = Tuning(w, single, 1 if single else rnd.trials, runner, callback)
     work_dir = tempfile.mkdtemp(prefix="farm-round-")
