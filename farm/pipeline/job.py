@@ -104,7 +104,7 @@ def prepare(sub: Submission) -> Prepared:
     profile = tuned_profile(sub.config, report, opts.target_cpu)
     # in a child process that holds no secret of the farm (farm/pipeline/reader.py)
     bundle = load_apart(opts.model, ingest_stage.parse_shapes(opts.input_shape), opts.dtype,
-                        opts.allow_pickle, threads=profile.threads)
+                        opts.allow_pickle, threads=profile.threads, hide=[sub.config.home])
     report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
            f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)

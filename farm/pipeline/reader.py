@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from farm.core import errors
 from farm.core.aliases import JsonDict
+from farm.core.confine import confined
 from farm.core.errors import FarmError, IngestError
 from farm.core.secrets import SECRET_VARS
 from farm.pipeline.ingest import ModelBundle
@@ -40,20 +43,30 @@ def child_env() -> dict[str, str]:
 
 
 def load_apart(path: Path, shapes: list[tuple[int, ...]] | None, dtype: str,
-               allow_pickle: bool, threads: int) -> ModelBundle:
-    """`ingest.load` of the model at `path`, run in a child process with no farm secret."""
+               allow_pickle: bool, threads: int, hide: Iterable[Path] = ()) -> ModelBundle:
+    """`ingest.load` of the model at `path`, run in a child process with no farm secret: its
+    environment has none, and where the machine allows (farm/core/confine.py) it sees no
+    other process, no network, and neither `hide` (the farm's home) nor the secret files.
+    The child reads a copy of the model in its own folder (the model's own may be hidden)."""
     import numpy as np
     import tvm
 
-    request = {"path": str(path), "shapes": shapes, "dtype": dtype,
-               "allow_pickle": allow_pickle, "threads": threads}
     with tempfile.TemporaryDirectory(prefix="farm-reader-") as tmp:
         folder = Path(tmp)
-        proc = subprocess.run([sys.executable, "-m", "farm.pipeline.reader", str(folder)],
-                              input=json.dumps(request), capture_output=True, text=True,
+        copy = folder / "model" / path.name
+        copy.parent.mkdir()
+        try:
+            shutil.copyfile(path, copy)
+        except OSError as e:
+            raise IngestError(f"cannot read it: {e.strerror or e}", subject=str(path)) from e
+        request = {"path": str(copy), "shapes": shapes, "dtype": dtype,
+                   "allow_pickle": allow_pickle, "threads": threads}
+        argv = confined([sys.executable, "-m", "farm.pipeline.reader", str(folder)], hide,
+                        keep=[folder, Path.cwd()])
+        proc = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True,
                               env=child_env())
         if (folder / "error.json").is_file():
-            raise _error(json.loads((folder / "error.json").read_text()))
+            raise _error(json.loads((folder / "error.json").read_text()), str(copy), str(path))
         if proc.returncode != 0 or not (folder / "meta.json").is_file():
             tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no message"]
             raise IngestError(f"the model reader ended with code {proc.returncode}: {tail[0]}",
@@ -64,18 +77,24 @@ def load_apart(path: Path, shapes: list[tuple[int, ...]] | None, dtype: str,
             return [np.load(folder / f"{kind}{i}.npy", allow_pickle=False)
                     for i in range(meta[kind])]
 
-        return ModelBundle(name=meta["name"], path=meta["path"], fmt=meta["fmt"],
+        return ModelBundle(name=path.stem, path=str(path), fmt=meta["fmt"],
                            mod=tvm.ir.load_json((folder / "mod.json").read_text()),
                            inputs=arrays("inputs"), outputs=arrays("outputs"),
                            torch_us=float(meta["torch_us"]), torch_threads=int(meta["threads"]))
 
 
-def _error(data: JsonDict) -> FarmError:
-    """The child's FarmError, as the same class in this process."""
+def _error(data: JsonDict, copy: str, path: str) -> FarmError:
+    """The child's FarmError, as the same class in this process (naming the model's own
+    path where the child named its copy)."""
     cls = getattr(errors, str(data.get("kind")), None)
     if not (isinstance(cls, type) and issubclass(cls, FarmError)):
         cls = IngestError
-    return cls(str(data.get("message", "")), subject=data.get("subject"), hint=data.get("hint"))
+
+    def named(text: object) -> str | None:
+        return None if text is None else str(text).replace(copy, path)
+
+    return cls(named(data.get("message", "")) or "", subject=named(data.get("subject")),
+               hint=named(data.get("hint")))
 
 
 def main(folder: str) -> int:
