@@ -83,8 +83,9 @@ class App:
         wk = payload["round"]["workload_key"]
         assert s.claim(sid, HELPER, 3)
         with beating(s, sid, "helper", HELPER, 3):
-            sc.stop.wait(sc.silent_s)
-            sc.lease_then.append(self.store.acquire_lease(wk, "another-job", 1))
+            if sc.silent_s:
+                sc.stop.wait(sc.silent_s)
+                sc.lease_then.append(self.store.acquire_lease(wk, "another-job", 1))
             if sc.hang:
                 sc.stop.wait(60)
                 return
@@ -142,7 +143,8 @@ def lab(clean_redis):
     store.close()
 
 
-def run_lent(lab: Lab, script: Script, monkeypatch, deadline_s: float = 180, wait_s: float = 30):
+def run_lent(lab: Lab, script: Script, deadline_s: float = 180, wait_s: float = 30,
+             app_type: type[App] = App):
     """The phone host lends a round to the scripted helper: (how it went or None when it did
     not return within `wait_s`, the phones)."""
     from workers.round import borrow
@@ -152,7 +154,7 @@ def run_lent(lab: Lab, script: Script, monkeypatch, deadline_s: float = 180, wai
 
     config = load_config(env={"FARM_BROKER_URL": lab.url, "FARM_HOST_TTL_S": "9",
                               "FARM_LENT_BATCH_TIMEOUT_S": str(deadline_s)})
-    app = App(lab.url, script, lab.store)
+    app = app_type(lab.url, script, lab.store)
     ctx = WorkerContext(config, tracker="", host="farm@phones", app=app)
     req = RoundRequest(job_id=JOB, workload_key=lab.wk, task_name="matmul16", round_index=0,
                        trials=16, target_trials=64, max_rounds=4, device_key="cpu-local")
@@ -175,11 +177,10 @@ def identity(**changed) -> dict:
             "linker": "aarch64-linux-gnu-g++ 12", **changed}
 
 
-def test_a_lent_batch_is_measured_and_its_records_name_the_helper_that_built_it(
-        lab, monkeypatch):
+def test_a_lent_batch_is_measured_and_its_records_name_the_helper_that_built_it(lab):
     import tvm
 
-    lent, phones = run_lent(lab, Script(identity(), lab.records, batches=2), monkeypatch)
+    lent, phones = run_lent(lab, Script(identity(), lab.records, batches=2))
     assert lent is not None and lent.complete, lent
     assert phones.batches == [1, 1] and lent.measured == 2
     recs = lab.store.records(lab.wk)
@@ -191,10 +192,10 @@ def test_a_lent_batch_is_measured_and_its_records_name_the_helper_that_built_it(
 
 @pytest.mark.parametrize("builder", [identity(tvm="0.26.0"), None],
                          ids=["another-tvm", "unsaid"])
-def test_a_batch_another_tvm_built_is_refused_never_measured(lab, monkeypatch, caplog, builder):
+def test_a_batch_another_tvm_built_is_refused_never_measured(lab, builder):
     import tvm
 
-    lent, phones = run_lent(lab, Script(builder, lab.records, batches=2), monkeypatch)
+    lent, phones = run_lent(lab, Script(builder, lab.records, batches=2))
     assert lent is not None and not lent.complete  # the round searches on here
     assert phones.batches == [] and lent.measured == 0  # no phone ran its kernels
     assert lab.store.records(lab.wk) == []
@@ -203,10 +204,9 @@ def test_a_batch_another_tvm_built_is_refused_never_measured(lab, monkeypatch, c
         assert "0.26.0" in lent.why and tvm.__version__ in lent.why
 
 
-def test_a_helper_that_sends_nothing_past_the_deadline_loses_the_round(lab, monkeypatch):
+def test_a_helper_that_sends_nothing_past_the_deadline_loses_the_round(lab):
     t0 = time.monotonic()
-    lent, phones = run_lent(lab, Script(identity(), lab.records, hang=True), monkeypatch,
-                            deadline_s=3, wait_s=20)
+    lent, phones = run_lent(lab, Script(identity(), lab.records, hang=True), deadline_s=3, wait_s=20)
     # its beat goes on: only the deadline takes the round back
     assert lent is not None, "the round waited on a helper that beats but sends nothing"
     assert time.monotonic() - t0 < 12
@@ -214,12 +214,35 @@ def test_a_helper_that_sends_nothing_past_the_deadline_loses_the_round(lab, monk
     assert HELPER in lent.why and "no batch within 3 s" in lent.why
 
 
-def test_the_workload_lease_is_held_while_a_lent_round_waits_for_its_helper(lab, monkeypatch):
+def test_the_workload_lease_is_held_while_a_lent_round_waits_for_its_helper(lab):
     assert lab.store.acquire_lease(lab.wk, JOB, 2) is None  # as the round took it (short here)
     script = Script(identity(), lab.records, silent_s=4)
-    lent, _ = run_lent(lab, script, monkeypatch)
+    lent, _ = run_lent(lab, script)
     assert lent is not None and lent.complete
     assert script.lease_then == [JOB]  # another job could not take it while the helper searched
+
+
+def test_a_helper_of_another_tvm_builds_nothing_for_the_round(lab, monkeypatch):
+    """The phone host says its TVM with the session; the helper (its real task) refuses at
+    once, before any search, rather than have every batch refused."""
+    import tvm
+
+    from workers.round import borrow, lend
+    from workers.round.context import WorkerContext
+
+    served: list = []
+
+    class HelperApp(App):
+        def _helper(self, payload):
+            config = load_config(env={"FARM_BROKER_URL": lab.url, "FARM_HOST_TTL_S": "9"})
+            served.append(lend.serve_session(WorkerContext(config, tracker="", host=HELPER),
+                                             lab.store, payload))
+
+    monkeypatch.setattr(borrow, "TVM_VERSION", "0.26.0", raising=False)  # the phone host's
+    lent, phones = run_lent(lab, Script(identity(), lab.records), app_type=HelperApp)
+    assert lent is not None and not lent.complete and phones.batches == []
+    assert served and "refused" in served[0]
+    assert f"helper {HELPER} runs TVM {tvm.__version__}, the phone host TVM 0.26.0" in lent.why
 
 
 def test_a_build_identity_crosses_the_wire_and_compares():

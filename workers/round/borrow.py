@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tvm import __version__ as TVM_VERSION
 from tvm.s_tir.meta_schedule.builder import BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
@@ -172,7 +173,7 @@ def lend(b: Borrowing, device: str, room: int) -> Lent | None:
         return None
     assert ctx.app is not None
     ctx.app.send_task(SEARCH_TASK, args=[{"session": sid, "round": req.to_json(),
-                                          "trials": b.trials}],
+                                          "trials": b.trials, "tvm": TVM_VERSION}],
                       queue=SEARCH_QUEUE, task_id=sid)
     work_dir = tempfile.mkdtemp(prefix="farm-lent-")
     lent = Lent(complete=False)

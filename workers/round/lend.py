@@ -159,6 +159,11 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
     ttl_s = session_ttl(ctx.config)
     if not sessions.claim(sid, ctx.host, ttl_s):
         return {"skipped": f"session {sid} is taken or closed"}
+    other = _other_tvm(ctx.host, payload)
+    if other is not None:  # the phone host would refuse every batch: build none
+        log.warning("helper %s: session %s: %s", ctx.host, sid, other)
+        sessions.push(sid, "batches", pack({"end": True, "counts": {}, "error": other}))
+        return {"refused": other}
     log.info("helper %s: searching round %s of %s for the phone host %s", ctx.host,
              req.round_index + 1, req.task_name, sessions.holder(sid, "owner"))
     with beating(sessions, sid, "helper", ctx.host, ttl_s):
@@ -175,6 +180,17 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
         sessions.push(sid, "batches", pack({"end": True, "counts": counts, "error": None,
                                             "ranked_by": ranked_by}))
     return {"session": sid, "counts": counts}
+
+
+def _other_tvm(host: str, payload: JsonDict) -> str | None:
+    """Why this helper builds nothing for a session: the phone host runs another TVM (its
+    payload's "tvm"; None: the same, or it did not say)."""
+    import tvm
+
+    theirs = payload.get("tvm")
+    if theirs is None or theirs == tvm.__version__:
+        return None
+    return f"helper {host} runs TVM {tvm.__version__}, the phone host TVM {theirs}"
 
 
 def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, sid: str,
