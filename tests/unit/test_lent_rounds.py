@@ -188,6 +188,9 @@ def test_a_lent_batch_is_measured_and_its_records_name_the_helper_that_built_it(
     for rec in recs:
         assert rec.tvm == tvm.__version__ and rec.host == "farm@phones"  # measured here
         assert rec.builder == f"{HELPER}: LLVM 99, aarch64-linux-gnu-g++ 12"  # built there
+    from farm.client import cache
+
+    assert {r["builder"] for r in cache.show(lab.store, lab.wk)["top"]} == {recs[0].builder}
 
 
 @pytest.mark.parametrize("builder", [identity(tvm="0.26.0"), None],
