@@ -17,26 +17,42 @@ the command runs as it is, and `how()` says so (docs/security.md says what it ca
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from farm.core.secrets import SECRET_VARS
 
 log = logging.getLogger(__name__)
 
-# covers each path given ($2.. up to $1 of them), then runs the rest of the arguments
+# Covers each path given ($2.. up to $1 of them), then runs the rest of the arguments as its
+# child: the shell is the PID namespace's init, which gets only the signals it has a handler
+# for, so it traps them and passes them on (a SIGTERM to a confined phone ends it), and
+# ends with the command's status. The command reads the shell's standard input (fd 3).
 _COVER = ('set -e; n=$1; shift; while [ "$n" -gt 0 ]; do p=$1; shift; n=$((n-1)); '
           'if [ -d "$p" ]; then mount -t tmpfs -o size=64k,mode=000 none "$p"; '
-          'else mount --bind /dev/null "$p"; fi; done; exec "$@"')
+          'else mount --bind /dev/null "$p"; fi; done; set +e; exec 3<&0; '
+          '"$@" <&3 3<&- & c=$!; exec 3<&-; '
+          "trap 'kill -s TERM $c 2>/dev/null' TERM INT HUP; "
+          'while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done')
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What a confined service must not see (`hide`), and what it needs inside it (`keep`)."""
+
+    hide: tuple[Path, ...]
+    keep: tuple[Path, ...] = ()
 
 
 def _flags(network: bool) -> list[str]:
-    flags = ["--mount", "--pid", "--fork", "--mount-proc"]
+    flags = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
     if not network:
         flags.append("--net")
     if os.geteuid() != 0:
@@ -78,11 +94,35 @@ def confined(argv: list[str], hide: Iterable[Path], network: bool = False,
     from farm.core.secrets import runtime_dir
 
     covered = [*hide, *secret_paths(), Path(runtime_dir(""))]
-    kept = [k.resolve() for k in keep]
-    paths = sorted({str(p.resolve()) for p in covered if p.exists()
-                    and not any(k == p.resolve() or p.resolve() in k.parents for k in kept)})
+    paths = sorted(_cover(covered, [k.resolve() for k in keep]))
     return [str(shutil.which("unshare")), *_flags(network), "sh", "-c", _COVER, "sh",
             str(len(paths)), *paths, *argv]
+
+
+def _cover(paths: Iterable[Path], kept: list[Path]) -> set[str]:
+    """The paths to cover: each of `paths` that exists, except that a folder holding a kept
+    path is not covered whole: its other entries are, one by one."""
+    out: set[str] = set()
+    for path in (p.resolve() for p in paths if p.exists()):
+        if any(k == path for k in kept):
+            continue
+        if any(path in k.parents for k in kept):
+            out |= _cover(path.iterdir(), kept)
+        else:
+            out.add(str(path))
+    return out
+
+
+def inner_pid(pid: int) -> int:
+    """The confined command `unshare` (at `pid`) runs (the child of its init shell), as this
+    machine's PID (`pid` itself while it has none)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for init in psutil.Process(pid).children():
+            for command in init.children():
+                return int(command.pid)
+    return pid
 
 
 def how(network: bool = False) -> str:

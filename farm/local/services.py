@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.core.config import FarmConfig, load_config
+from farm.core.confine import Confinement, confined, inner_pid
 from farm.core.errors import ServiceError, UsageError
 from farm.devices.lean import without_torch
 
@@ -77,9 +78,12 @@ class Service:
     restart: Callable[[], Service] | None = None
     restarts: int = 0
 
+    confined: bool = False  # started by farm/core/confine.py: the service is its child
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        """The service's own process (a confined one's: the child of `unshare`)."""
+        alive = self.popen.poll() is None
+        return inner_pid(self.popen.pid) if self.confined and alive else self.popen.pid
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -111,14 +115,14 @@ class Service:
         self.signal(signal.SIGKILL)
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the process that started us dies (Linux),
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child, before exec: get `sig` when the process that started us dies (Linux),
     so a SIGKILLed `farm submit` leaves no embedded service behind."""
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -136,24 +140,31 @@ def plain_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
-          die_with_parent: bool = True, inherit: bool = True) -> Service:
+          die_with_parent: bool = True, inherit: bool = True,
+          confine: Confinement | None = None) -> Service:
     """Start one service. None of the farm's services reads a model, so none imports torch
     (farm/devices/lean.py), nor do the processes they start. With `inherit` False it gets
-    only `plain_env` and `env`: the phones and trackers, which hold no secret."""
+    only `plain_env` and `env`: the phones and trackers, which hold no secret. A phone (anyone
+    who reaches it runs code in it) runs `confine`d (farm/core/confine.py)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     env = without_torch({**os.environ, **(env or {})} if inherit else plain_env(env))
+    if confine is not None:
+        argv = confined(argv, confine.hide, network=True, keep=confine.keep)
     fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     try:
         popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env=env, start_new_session=True,
-                                 preexec_fn=_die_with_parent if die_with_parent else None)
+                                 preexec_fn=functools.partial(  # unshare ignores SIGTERM
+                                     _die_with_parent, signal.SIGKILL if confine else
+                                     signal.SIGTERM) if die_with_parent else None)
     except OSError as e:
         raise ServiceError(f"cannot start {argv[0]}: {e}", subject=name) from e
     finally:
         fh.close()
     log.info("started %s (pid %d), log %s", name, popen.pid, log_path)
-    return Service(name=name, popen=popen, log_path=log_path)
+    return Service(name=name, popen=popen, log_path=log_path,
+                   confined=confine is not None and argv[0].endswith("unshare"))
 
 
 def redis_binary() -> str:
@@ -258,6 +269,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
     from farm.devices.phone import advertised_address
 
     threads, arch, delay_s, host = options.threads, options.arch, options.delay_s, options.host
+    config = config if config is not None else load_config()
     addr = advertised_address(host, options.advertise, tracker)
     wanted = options.port
     port = wanted if wanted is not None and port_frees(host, wanted, 5.0) else free_port(host)
@@ -273,13 +285,13 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                              "architecture", subject=f"arch {arch}")
         from farm.devices import arm64sim
 
-        config = config if config is not None else load_config()
         binary = arm64sim.prepare(config.arm64_dir)  # a native RPC server, no Python
         return start(f"phone-{key}-{index}",
                      [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
-                     log_dir, arm64sim.phone_env(threads), inherit=False)
+                     log_dir, arm64sim.phone_env(threads), inherit=False,
+                     confine=Confinement((config.home,), (config.arm64_dir, log_dir)))
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
@@ -287,7 +299,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                   "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
                   *(["--advertise", addr] if addr else [])],
-                 log_dir, env, inherit=False)
+                 log_dir, env, inherit=False, confine=Confinement((config.home,), (log_dir,)))
 
 
 @functools.cache

@@ -229,3 +229,29 @@ def test_phones_and_trackers_hold_no_secret_of_the_farm(tmp_path, monkeypatch):
             assert b"TVM_USE_RUNTIME_LIB=1" in environ or pid == svc.pid
     finally:
         group.stop()
+
+
+def test_a_phone_sees_neither_the_farms_home_nor_its_other_processes(tracker, tmp_path,
+                                                                     monkeypatch):
+    """Code run in a phone (anyone who reaches it runs code there) finds the farm's home
+    (running.json: the embedded Redis password) covered, the secret files covered, and no
+    other process of the machine (its /proc environs) in sight (farm/core/confine.py)."""
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "running.json").write_text('{"redis_password": "pw"}')
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("pw")
+    monkeypatch.setenv("FARM_HOME", str(home))
+    monkeypatch.setenv("FARM_REDIS_PASSWORD_FILE", str(secret_file))
+    phone = services.start_phone(tracker, "confined", 0, tmp_path / "logs")
+    try:
+        wait_for_phones(tracker, "confined", 1, 60)
+        seen = f"/proc/{phone.pid}/root"  # the phone's view of the files, through its mounts
+        assert os.listdir(f"{seen}{home}") == []
+        assert Path(f"{seen}{secret_file}").read_text() == ""
+        assert os.readlink(f"/proc/{phone.pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        assert str(os.getpid()) not in os.listdir(f"{seen}/proc")
+    finally:
+        phone.stop()

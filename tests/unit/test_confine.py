@@ -97,6 +97,10 @@ def test_confined_says_what_it_covers(tmp_path: Path):
                             keep=[hidden / "mine"])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "['a', 'mine']", proc.stderr
+    argv = confine.confined([sys.executable, "-c", "import sys; print(open(sys.argv[1]).read()"
+                             ")", str(hidden / "a")], [hidden], keep=[hidden / "mine"])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "", proc.stdout  # beside the kept folder: covered
     argv = confine.confined([sys.executable, "-c", "import os,sys; print(sorted("
                              "os.listdir(sys.argv[1])))", str(hidden)], [hidden])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
