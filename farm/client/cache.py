@@ -101,7 +101,7 @@ def stats(store: RecordStore) -> JsonDict:
     return {"workloads": sum(by_key.values()), "trials": trials, "valid": valid,
             "failures": dict(failures), "workloads_by_device_key": dict(by_key),
             "jobs": len(store.job_ids()), "whole_in_redis": hot,
-            "spooled": store.spool_size(),
+            "spooled": store.spool_size(), "dead_letters": store.dead_letters(),
             "archive": store.archive.url if store.archive else None,
             "capacity": capacity(store, times=times).to_json()}
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 
+from farm.core import keys
 from farm.core.aliases import JsonDict, RPCSession
 from farm.core.config import FarmConfig
 from farm.core.errors import FarmError
@@ -82,7 +83,12 @@ def check_capacity(url: str) -> Check:
     except Exception as e:  # noqa: BLE001 - one line of the report
         return Check("store capacity", False, f"{type(e).__name__}: {e}", fix)
     per, days = cap.bytes_per_measurement, cap.days_until_full
-    spooled = store.spool_size()
+    spooled, dead = store.spool_size(), store.dead_letters()
+    if dead:  # records the drain could not read: kept aside, never trimmed
+        return Check("store capacity", True, f"{dead} spooled records could not be read and "
+                     f"wait in {keys.spool_dead()}", "they are kept as they were; report them "
+                     "with `farm cache stats` (a store written by another TVM or farm "
+                     "version?)", warn=True)
     if spooled > SPOOL_WARN:  # the leader has not moved records to the archive for a while
         return Check("store capacity", True, f"{spooled} records wait in Redis for the archive",
                      "a worker must be running (its leading supervisor drains them), and the "

@@ -431,6 +431,11 @@ def test_an_unreadable_spool_item_goes_to_the_dead_letter_list(clean_redis, tmp_
     assert any(bad in store.rb.lrange(k, 0, -1) for k in lists), "the unreadable item is gone"
     assert store.dead_letters() == 1
     assert store.rb.lrange(keys.spool_dead(), 0, -1) == [bad]
+    from farm.client import cache, doctor
+
+    assert cache.stats(store)["dead_letters"] == 1  # people see them
+    check = doctor.check_capacity(clean_redis)
+    assert check.warn and "1 spooled records could not be read" in check.detail, check
     store.close()
 
 
