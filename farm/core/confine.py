@@ -32,13 +32,16 @@ from farm.core.secrets import SECRET_VARS
 log = logging.getLogger(__name__)
 
 # Covers each path given ($2.. up to $1 of them), then runs the rest of the arguments as its
-# child: the shell is the PID namespace's init, which gets only the signals it has a handler
-# for, so it traps them and passes them on (a SIGTERM to a confined phone ends it), and
-# ends with the command's status. The command reads the shell's standard input (fd 3).
+# child with no capability at all (setpriv: it cannot unmount what covers the secrets, nor
+# mount anything, nor gain a capability back through a setuid program). The shell is the
+# PID namespace's init, which gets only the signals it has a handler for, so it traps them
+# and passes them on (a SIGTERM to a confined phone ends it), and ends with the command's
+# status. The command reads the shell's standard input (fd 3).
 _COVER = ('set -e; n=$1; shift; while [ "$n" -gt 0 ]; do p=$1; shift; n=$((n-1)); '
           'if [ -d "$p" ]; then mount -t tmpfs -o size=64k,mode=000 none "$p"; '
           'else mount --bind /dev/null "$p"; fi; done; set +e; exec 3<&0; '
-          '"$@" <&3 3<&- & c=$!; exec 3<&-; '
+          'setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@" <&3 3<&- & '
+          'c=$!; exec 3<&-; '
           "trap 'kill -s TERM $c 2>/dev/null' TERM INT HUP; "
           'while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done')
 
@@ -64,8 +67,8 @@ def _flags(network: bool) -> list[str]:
 def _works(network: bool) -> str | None:
     """None when `unshare` gives this user the namespaces here, else why not."""
     unshare = shutil.which("unshare")
-    if unshare is None:
-        return "util-linux's unshare is not installed"
+    if unshare is None or shutil.which("setpriv") is None:
+        return "util-linux's unshare and setpriv are not installed"
     try:
         proc = subprocess.run([unshare, *_flags(network), "sh", "-c", _COVER, "sh", "0",
                                "true"], capture_output=True, text=True, timeout=30)

@@ -291,7 +291,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
                       *(["--custom-addr", addr] if addr else [])],
                      log_dir, arm64sim.phone_env(threads), inherit=False,
-                     confine=Confinement((config.home,), (config.arm64_dir, log_dir)))
+                     confine=Confinement((config.home,), (config.arm64_dir,)))
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
@@ -299,7 +299,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                   "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
                   *(["--advertise", addr] if addr else [])],
-                 log_dir, env, inherit=False, confine=Confinement((config.home,), (log_dir,)))
+                 log_dir, env, inherit=False, confine=Confinement((config.home,)))
 
 
 @functools.cache

@@ -51,8 +51,12 @@ def torchscript_problems(torch: ModuleType, module: TVMObject) -> list[str]:
     `op_problem` refuses, or that holds a C++ class's object, one line each (empty: none)."""
     found: set[str] = set()
     for _, sub in module.named_modules():
-        for method in sub._c._method_names():
-            graph = sub._c._get_method(method).graph.copy()
+        graphs = [sub._c._get_method(m).graph for m in sub._c._method_names()]
+        # forward hooks are functions of their own, run around forward: checked as well
+        graphs += [h.graph for h in (*sub._c._get_forward_hooks(),
+                                     *sub._c._get_forward_pre_hooks())]
+        for graph in graphs:
+            graph = graph.copy()
             torch._C._jit_pass_inline(graph)
             _graph_problems(torch, graph.nodes(), found)
     return sorted(found)

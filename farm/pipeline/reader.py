@@ -62,7 +62,7 @@ def load_apart(path: Path, shapes: list[tuple[int, ...]] | None, dtype: str,
         request = {"path": str(copy), "shapes": shapes, "dtype": dtype,
                    "allow_pickle": allow_pickle, "threads": threads}
         argv = confined([sys.executable, "-m", "farm.pipeline.reader", str(folder)], hide,
-                        keep=[folder, Path.cwd()])
+                        keep=[folder])
         proc = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True,
                               env=child_env())
         if (folder / "error.json").is_file():

@@ -160,7 +160,7 @@ def test_an_entry_outside_the_archives_folder_is_refused(tmp_path):
         archive.check_model(odd, None, allow_pickle=False)
 
 
-def _script(tmp_path: Path, source: str) -> Path:
+def _script(tmp_path: Path, source: str, make: str = "M") -> Path:
     """A TorchScript file of the module `M` in `source` (scripted from a file: TorchScript
     reads its source)."""
     import importlib.util
@@ -173,7 +173,7 @@ def _script(tmp_path: Path, source: str) -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "m.pt"
-    torch.jit.script(module.M()).save(str(out))
+    torch.jit.script(getattr(module, make)()).save(str(out))
     return out
 
 
@@ -213,6 +213,38 @@ def test_a_torchscript_file_that_writes_a_file_is_refused_without_the_flag(tmp_p
     target = tmp_path / "victim.bin"
     target.write_bytes(b"\0" * 16)
     evil = _script(tmp_path, WRITES_A_FILE.format(target=target))
+    with pytest.raises(UsageError, match="aten::from_file"):
+        ingest.load(evil, [(1, 8)], "float32", allow_pickle=False)
+    assert target.read_bytes() == b"\0" * 16  # never ran
+
+
+WRITES_IN_A_HOOK = '''
+class M(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def hook(mod: torch.nn.Module, inp: tuple[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    t = torch.from_file("{target}", shared=True, size=4)
+    t.copy_(out.flatten()[:4] + 1)
+    return out + t.sum() * 0
+
+
+def make():
+    m = M()
+    m.register_forward_hook(hook)
+    return m
+'''
+
+
+def test_a_torchscript_forward_hook_that_writes_a_file_is_refused(tmp_path):
+    """A scripted module's forward hooks are functions of their own (not methods), run
+    around forward: their graphs are checked like the methods'."""
+    from farm.pipeline import ingest
+
+    target = tmp_path / "victim.bin"
+    target.write_bytes(b"\0" * 16)
+    evil = _script(tmp_path, WRITES_IN_A_HOOK.format(target=target), "make")
     with pytest.raises(UsageError, match="aten::from_file"):
         ingest.load(evil, [(1, 8)], "float32", allow_pickle=False)
     assert target.read_bytes() == b"\0" * 16  # never ran
