@@ -170,3 +170,36 @@ def foreign_calls(mod_json: str) -> list[str]:
     the module. MetaSchedule's tasks of a model have none; an imported one that does is
     refused (its kernel would call whatever it names, on the builder and on every phone)."""
     return sorted(set(_FOREIGN.findall(mod_json)))
+
+
+_FOREIGN_OP = re.compile(r"tirx?\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|"
+                         r"(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)")
+
+
+def foreign_callees(mod_json: str) -> list[str]:
+    """`foreign_calls` with what each calls: `call_extern(system)`, `call_llvm_pure_intrin(
+    <intrinsic id>)`, read from the module's TVM JSON graph. A call whose callee is not a
+    constant is `op(?)`, and an op `foreign_calls` finds but no call here reads is too."""
+    nodes = json.loads(mod_json)["nodes"]
+
+    def constant(index: object) -> str:
+        node = nodes[index] if isinstance(index, int) and 0 <= index < len(nodes) else {}
+        if node.get("type") in ("ir.StringImm", "ir.IntImm"):
+            inner = node["data"].get("value")
+            if isinstance(inner, int) and 0 <= inner < len(nodes):
+                return str(nodes[inner].get("data"))
+        return "?"
+
+    found: set[str] = set()
+    for node in nodes:
+        if not (isinstance(node, dict) and node.get("type") in ("ir.Call", "tirx.Call")):
+            continue
+        data = node.get("data", {})
+        op = nodes[data["op"]] if isinstance(data.get("op"), int) else {}
+        match = _FOREIGN_OP.fullmatch(str(op.get("data", "")))
+        if match is not None:
+            args = nodes[data["args"]].get("data", []) if isinstance(data.get("args"), int) else []
+            found.add(f"{match.group(1)}({constant(args[0]) if args else '?'})")
+    named = {f.split("(")[0] for f in found}
+    found |= {f"{op}(?)" for op in foreign_calls(mod_json) if op not in named}
+    return sorted(found)

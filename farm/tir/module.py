@@ -4,13 +4,12 @@ TuningRecord back as plain JSON."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 
 from farm.core.aliases import IRModule, JsonList, JsonValue, TVMObject
 from farm.core.messages import TuneTask
-from farm.core.traces import UnsafeTrace, check_trace, foreign_calls
+from farm.core.traces import UnsafeTrace, check_trace, foreign_callees
 
 
 def load_mod(task: TuneTask) -> IRModule:
@@ -42,27 +41,36 @@ def check_schedule(trace: TVMObject, mod: IRModule) -> None:
     is replayed once per process."""
     import tvm_ffi
 
-    key = hashlib.sha256(str(trace).encode()).hexdigest()
-    found = _replayed_calls(key, int(tvm_ffi.structural_hash(mod)), trace, mod)
+    key = (hashlib.sha256(str(trace).encode()).hexdigest(), int(tvm_ffi.structural_hash(mod)))
+    found = _VERDICTS.get(key)
+    if found is None:
+        found = _replayed_calls(trace, mod)
+        if len(_VERDICTS) >= VERDICTS_KEPT:
+            _VERDICTS.clear()
+        _VERDICTS[key] = found
     if found:
         raise UnsafeTrace(f"refused, never built: the schedule its trace makes calls "
                           f"{', '.join(found)}, which the workload does not")
 
 
-@functools.lru_cache(maxsize=4096)
-def _replayed_calls(_trace_key: str, _mod_hash: int, trace: TVMObject,
-                    mod: IRModule) -> tuple[str, ...]:
+VERDICTS_KEPT = 8192
+# (the trace's text, the module's structural hash) -> the calls its schedule adds: plain
+# values as keys (TVM objects hash by identity, and each read of a record makes new ones)
+_VERDICTS: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def _replayed_calls(trace: TVMObject, mod: IRModule) -> tuple[str, ...]:
     import tvm
     from tvm.s_tir import Schedule, TensorIntrin
 
     sch = Schedule(mod)
     trace.apply_to_schedule(sch, remove_postproc=False)
-    allowed = set(foreign_calls(tvm.ir.save_json(mod)))
+    allowed = set(foreign_callees(tvm.ir.save_json(mod)))
     for inst in trace.insts:
         if inst.kind.name == "Tensorize":
             intrin = TensorIntrin.get(str(inst.attrs[0]))
-            allowed |= set(foreign_calls(tvm.ir.save_json(intrin.impl)))
-    return tuple(sorted(set(foreign_calls(tvm.ir.save_json(sch.mod))) - allowed))
+            allowed |= set(foreign_callees(tvm.ir.save_json(intrin.impl)))
+    return tuple(sorted(set(foreign_callees(tvm.ir.save_json(sch.mod))) - allowed))
 
 
 def record_json(rec: TVMObject) -> JsonList:

@@ -248,3 +248,36 @@ def test_record_json_is_metaschedules_own_where_it_can_write_one():
                        ArgInfo.from_prim_func(mod["main"]))
     assert record_json(rec) == rec.as_json()
     assert candidate_hash(record_json(rec)) == candidate_hash(rec.as_json())
+
+
+def test_the_replayed_schedule_may_not_call_what_the_workload_does_not(monkeypatch):
+    """The second line compares what is called, not only how: a workload that calls the C
+    function `expf` does not let its schedule call `system` the same way."""
+    import tvm
+    import tvm.tirx as tx
+    from tvm import te
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from farm.core.traces import UnsafeTrace
+    from farm.tir import module
+
+    a = te.placeholder((16, 16), name="A")
+    b = te.compute((16, 16), lambda i, j: tx.call_pure_extern("float32", "expf", a[i, j]),
+                   name="B")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    sch = Schedule(mod)
+    sch.transform_layout(sch.get_sblock("B"), ("write", 0), lambda i, j: (
+        i, tx.floormod(j + tx.call_pure_extern("int32", "system", 0), 16)),
+        assume_injective_transform=True)
+    rec = module.record_json(TuningRecord(sch.trace, Workload(mod), [1e-6],
+                                          tvm.target.Target("llvm"),
+                                          ArgInfo.from_prim_func(mod["main"])))
+    monkeypatch.setattr(module, "check_trace", lambda record: None)  # a hole in line one
+    with pytest.raises(UnsafeTrace, match=r"call_pure_extern\(system\)"):
+        module.tuning_record(rec, Workload(mod))
+    plain = module.record_json(TuningRecord(Schedule(mod).trace, Workload(mod), [1e-6],
+                                            tvm.target.Target("llvm"),
+                                            ArgInfo.from_prim_func(mod["main"])))
+    assert module.tuning_record(plain, Workload(mod)) is not None  # expf: the workload's own
