@@ -43,15 +43,14 @@ def hot(wk: str) -> str:
     return key_for("wl", wk, "hot")
 
 
-def commits(wk: str) -> str:
-    """Hash, expiring (`COMMITS_TTL_S` after the last commit): commit attempt id -> what the
-    commit answered, so that a commit sent again by the client's retry (its reply lost to a
-    dropped connection or a failover) is answered as the first time, never counted twice."""
-    return key_for("wl", wk, "commits")
+def commit_attempt(attempt: str) -> str:
+    """String, expiring after `COMMIT_TTL_S`: what the commit of this attempt id answered, so
+    that a commit sent again by the client's retry (its reply lost to a dropped connection
+    or a failover) is answered as the first time, never counted twice."""
+    return key_for("commit", attempt)
 
 
-COMMITS_TTL_S = 120
-COMMITS_KEPT = 512  # attempts remembered per workload within the TTL
+COMMIT_TTL_S = 120
 
 
 def spool() -> str:

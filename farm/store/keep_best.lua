@@ -15,10 +15,9 @@
 -- ARGV[7] "1" when the record is verified (measured by a phone of the farm), "0" imported
 -- ARGV[8] the TVM version the record was measured with ("" unknown)
 -- ARGV[9] K: whole records kept in Redis for this workload
--- KEYS[8] commits hash (attempt id -> answer), or "" for none
--- ARGV[10] this commit's attempt id (the same when the client sends the commit again)
--- ARGV[11] seconds the commits hash is kept after its last commit
--- ARGV[12] attempts it keeps at most
+-- KEYS[8] this commit's attempt key (the same when the client sends the commit again): what
+--         it answered, or "" for none
+-- ARGV[10] seconds the attempt key is kept
 -- Returns 1 when the record is new (or replaced an unverified one), 0 when this candidate
 -- was already stored; a commit sent again (its attempt id known) returns what the first
 -- did and changes nothing. A run time that is not a finite number > 0 is refused (an error).
@@ -30,12 +29,9 @@ if ARGV[4] ~= '' then
   end
 end
 if KEYS[8] ~= '' then
-  local answered = redis.call('HGET', KEYS[8], ARGV[10])
+  local answered = redis.call('GET', KEYS[8])
   if answered then
     return tonumber(answered)
-  end
-  if redis.call('HLEN', KEYS[8]) >= tonumber(ARGV[12]) then
-    redis.call('DEL', KEYS[8])
   end
 end
 
@@ -93,7 +89,6 @@ end
 
 local answer = commit()
 if KEYS[8] ~= '' then
-  redis.call('HSET', KEYS[8], ARGV[10], answer)
-  redis.call('EXPIRE', KEYS[8], tonumber(ARGV[11]))
+  redis.call('SET', KEYS[8], answer, 'EX', tonumber(ARGV[10]))
 end
 return answer

@@ -158,28 +158,22 @@ class RedisRecords:
         wk = rec.workload_key
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         zdict = self._zdict(wk, rec)
-        attempt = uuid.uuid4().hex[:16]  # the same when redis-py sends the commit again
+        attempt = uuid.uuid4().hex[:16]  # the same when the commit is sent again
+        names = [keys.records(wk), keys.best(wk),
+                 keys.job_measured(rec.job_id) if rec.job_id else "",
+                 keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
+                 keys.hot(wk), keys.spool(), keys.commit_attempt(attempt)]
+        args: list[str | bytes] = [
+            rec.candidate, entry_of(rec), pack(rec, zdict), run_us, wk,
+            "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
+            str(max(1, self.hot_records)), str(keys.COMMIT_TTL_S)]
         try:
-            # the commit and its WAIT on one connection (a pipeline's): WAIT counts the
-            # replicas that have this connection's writes, so on another it proves nothing
-            pipe = self.r.pipeline(transaction=False)
-            self._script(
-                keys=[keys.records(wk), keys.best(wk),
-                      keys.job_measured(rec.job_id) if rec.job_id else "",
-                      keys.job_counts(rec.job_id) if rec.job_id else "", keys.unverified(wk),
-                      keys.hot(wk), keys.spool(), keys.commits(wk)],
-                args=[rec.candidate, entry_of(rec), pack(rec, zdict), run_us, wk,
-                      "1" if on_phone(rec) else "0", "1" if rec.verified else "0", rec.tvm,
-                      str(max(1, self.hot_records)), attempt, str(keys.COMMITS_TTL_S),
-                      str(keys.COMMITS_KEPT)],
-                client=pipe)
-            replicas = self._replica_count()
-            if replicas:
-                pipe.wait(1, int(REPLICA_WAIT_S * 1000))
-            answers = pipe.execute()
-            if replicas:
-                self._replicated(int(answers[1]), replicas)
-            return bool(answers[0])
+            try:
+                return self._send_commit(names, args)
+            except redis.exceptions.NoScriptError:
+                # a failover's new primary has not loaded the script: the pipeline loads it
+                # again, and the attempt id keeps a commit that did run from counting twice
+                return self._send_commit(names, args)
         except redis.exceptions.OutOfMemoryError as e:
             raise StoreError(f"{_FULL[0]}: {e}", subject=f"{redact(self.url)}, workload {wk}",
                              hint=_FULL[1]) from e
@@ -187,6 +181,20 @@ class RedisRecords:
             if "refused" not in str(e):
                 raise
             raise StoreError(str(e), subject=f"record {rec.candidate} of workload {wk}") from e
+
+    def _send_commit(self, names: list[str], args: list[str | bytes]) -> bool:
+        """keep_best.lua and, where the primary has replicas, its WAIT on one connection (a
+        pipeline's): WAIT counts the replicas that have this connection's writes, so on
+        another connection it proves nothing."""
+        pipe = self.r.pipeline(transaction=False)
+        self._script(keys=names, args=args, client=pipe)
+        replicas = self._replica_count()
+        if replicas:
+            pipe.wait(1, int(REPLICA_WAIT_S * 1000))
+        answers = pipe.execute()
+        if replicas:
+            self._replicated(int(answers[1]), replicas)
+        return bool(answers[0])
 
     def _replica_count(self) -> int:
         """The primary's replicas, read again every REPLICAS_READ_S. Where it has one, a

@@ -24,6 +24,7 @@ class ReplyDropper:
 
     def __init__(self, upstream: tuple[str, int], trigger: bytes) -> None:
         self.upstream, self.trigger = upstream, trigger
+        self.flush_scripts = False  # as a failover's new primary: no script loaded
         self.dropped = 0
         self.armed = False  # `arm()`: from then on, the first request with the trigger
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -52,6 +53,10 @@ class ReplyDropper:
             with contextlib.suppress(OSError):
                 while data := redis.recv(1 << 16):
                     if doomed.is_set():
+                        if self.flush_scripts:
+                            with socket.create_connection(self.upstream) as admin:
+                                admin.sendall(b"SCRIPT FLUSH\r\n")
+                                admin.recv(64)
                         break  # the commit ran; its reply is lost with the connection
                     client.sendall(data)
             for s in (client, redis):
@@ -86,8 +91,12 @@ def dropper(clean_redis: str) -> Iterator[tuple[ReplyDropper, str, str]]:
         proxy.close()
 
 
-def test_a_commit_sent_again_after_its_reply_was_lost_counts_once(dropper):
+@pytest.mark.parametrize("failover", [False, True])
+def test_a_commit_sent_again_after_its_reply_was_lost_counts_once(dropper, failover):
+    """`failover`: the commit is sent again to a Redis that has no script loaded (a new
+    primary), which answers NOSCRIPT: loaded and sent once more, still counted once."""
     proxy, url, direct_url = dropper
+    proxy.flush_scripts = failover
     store = open_store(url)
     first = StoredRecord(workload_key="wk", candidate="c0", record=[[[], []], [3e-6], {}, []],
                          run_us=3.0, job_id="job", host="h")
