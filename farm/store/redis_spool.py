@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from abc import abstractmethod
 
+import redis
+
 from farm.core import keys
 from farm.core.aliases import RedisClient, RedisScript
 from farm.store.spool import DRAIN_LEASE, Spool, SpoolBatch, digest
@@ -35,6 +37,8 @@ class RedisSpool(Spool):
             wk, _, blob = item.partition(b"\n")
             try:  # as JSON text: the archive writes it as it is (no parse, no dump)
                 out.append((wk.decode(), self._record_text(wk.decode(), blob)))
+            except redis.RedisError:
+                raise  # Redis away a moment (reading the dictionary): the drain tries later
             except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
                 log.warning("store: a record of %s in the spool cannot be read (kept at %s): "
                             "%s", wk, keys.spool_dead(), e)

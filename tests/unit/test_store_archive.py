@@ -465,3 +465,30 @@ def test_retention_keeps_every_record_a_best_or_a_pick_refers_to(cold):
     sup.keep_archive(now=time.time() + 20 * 86400)  # and again, ten days later
     assert cold.best("wk") == rec("v1", 11.0)
     assert cold.get_record("wk", "v7") == rec("v7", 17.0)
+
+
+def test_redis_away_while_the_drain_reads_is_no_dead_letter(clean_redis, tmp_path, monkeypatch):
+    """A Redis error while a spooled record is read (its dictionary) is Redis away a moment,
+    not an unreadable record: nothing goes to the dead-letter list, the next drain moves it."""
+    import redis
+
+    store = open_store(clean_redis, hot_records=K, archive=str(tmp_path / "archive"))
+    store.put_workload(_task())
+    for i in range(K + 2):
+        store.add_record(rec(f"v{i}", 10.0 + i))
+    spooled = store.spool_size()
+    assert spooled > 0
+    store._zdict_cache.clear()
+    real = store._zdict
+
+    def away(*args, **kwargs):
+        raise redis.ConnectionError("Redis away")
+
+    monkeypatch.setattr(store, "_zdict", away)
+    with pytest.raises(redis.ConnectionError):
+        drain(store, store.archive)
+    assert (store.dead_letters(), store.spool_size()) == (0, spooled)
+    monkeypatch.setattr(store, "_zdict", real)
+    assert drain(store, store.archive) == spooled
+    assert store.dead_letters() == 0
+    store.close()
