@@ -16,9 +16,10 @@ Also here: which kind of torch file a model is (`sniff_format`), and what its fo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -32,19 +33,25 @@ def pickled_payloads(path: Path) -> list[str]:
     a plain torch.export.save of tensors). Raises zipfile.BadZipFile / OSError / ValueError
     for an archive that cannot be read (the caller says so)."""
     found: list[str] = []
+    for rel, read in _entries(path):
+        if rel.startswith("data/aotinductor/"):
+            found.append(f"{rel} (compiled AOTInductor code)")
+        elif rel.startswith(("data/weights/", "data/constants/")) and rel.endswith(".pt"):
+            found.append(f"{rel} (legacy pickled payload)")
+        elif rel.startswith(("data/weights/", "data/constants/")) and rel.endswith(
+                "_config.json"):
+            found.extend(_pickled_in_config(read(), rel))
+    return sorted(set(found))
+
+
+def _entries(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    """Each entry of the archive at `path`: its name within the archive's folder (as torch
+    names it), and how to read it."""
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
         root = archive_root(names)
         for name in names:
-            rel = name[len(root):]
-            if rel.startswith("data/aotinductor/"):
-                found.append(f"{rel} (compiled AOTInductor code)")
-            elif rel.startswith(("data/weights/", "data/constants/")) and rel.endswith(".pt"):
-                found.append(f"{rel} (legacy pickled payload)")
-            elif rel.startswith(("data/weights/", "data/constants/")) and rel.endswith(
-                    "_config.json"):
-                found.extend(_pickled_in_config(zf.read(name), rel))
-    return sorted(set(found))
+            yield name[len(root):], functools.partial(zf.read, name)
 
 
 def archive_root(names: list[str]) -> str:
@@ -71,18 +78,14 @@ def code_payloads(path: Path) -> list[str]:
     objects of C++ classes (`torch.classes`: native methods). Read from the archive's
     entries, never loaded; raises as `pickled_payloads` does."""
     found: list[str] = []
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-        root = archive_root(names)
-        for name in names:
-            rel = name[len(root):]
-            if not (rel.startswith("code/") or rel.endswith(".pkl")):
-                continue
-            data = zf.read(name)
-            if rel.startswith("code/") and b"__setstate__" in data:
-                found.append(f"{rel} (__setstate__: code that runs as the file loads)")
-            if b"torch.classes" in data:
-                found.append(f"{rel} (objects of C++ classes)")
+    for rel, read in _entries(path):
+        if not (rel.startswith("code/") or rel.endswith(".pkl")):
+            continue
+        data = read()
+        if rel.startswith("code/") and b"__setstate__" in data:
+            found.append(f"{rel} (__setstate__: code that runs as the file loads)")
+        if b"torch.classes" in data:
+            found.append(f"{rel} (objects of C++ classes)")
     return sorted(set(found))
 
 
