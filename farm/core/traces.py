@@ -160,8 +160,11 @@ def check_trace(record: JsonList) -> None:
         raise UnsafeTrace(f"refused, never built: {problem}")
 
 
-_FOREIGN = re.compile(r'"(?:tirx?)\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|'
-                      r'(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)"')
+# TVM's operators that call out of TVM (their name, after `tir.` or `tirx.`)
+_FOREIGN_OPS = (r"tirx?\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|"
+                r"(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)")
+_FOREIGN = re.compile(f'"{_FOREIGN_OPS}"')  # as a quoted name in a module's TVM JSON
+_FOREIGN_OP = re.compile(_FOREIGN_OPS)  # an ir.Op node's name
 
 
 def foreign_calls(mod_json: str) -> list[str]:
@@ -171,9 +174,6 @@ def foreign_calls(mod_json: str) -> list[str]:
     refused (its kernel would call whatever it names, on the builder and on every phone)."""
     return sorted(set(_FOREIGN.findall(mod_json)))
 
-
-_FOREIGN_OP = re.compile(r"tirx?\.((?:tvm_)?call_(?:pure_)?extern|call_llvm(?:_pure)?_intrin|"
-                         r"(?:tvm_)?call_c?packed(?:_lowered)?|tvm_call_trace_packed)")
 
 
 def foreign_callees(mod_json: str) -> list[str]:

@@ -124,6 +124,12 @@ def check_model(path: Path, shapes: list[tuple[int, ...]] | None, allow_pickle: 
     return fmt
 
 
+def listed(items: list[str], most: int = 5) -> str:
+    """The first `most` of `items`, and how many more, for one line of an error."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
 def refuse_code(path: Path, fmt: str) -> None:
     """UsageError when the torch.export or TorchScript file at `path` holds what torch would
     unpickle or run as code as it loads (`pickled_payloads`, `code_payloads`)."""
@@ -132,10 +138,8 @@ def refuse_code(path: Path, fmt: str) -> None:
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         raise IngestError(f"cannot read the archive: {e}", subject=str(path)) from e
     if payloads:
-        shown = ", ".join(payloads[:5]) + (f" and {len(payloads) - 5} more"
-                                           if len(payloads) > 5 else "")
         raise UsageError(f"this {fmt} file holds what torch would unpickle or run as code: "
-                         f"{shown}", subject=str(path),
+                         f"{listed(payloads)}", subject=str(path),
                          hint="pass --allow-pickle if you trust it, or export it again "
                               "with plain tensors")
 

@@ -28,6 +28,7 @@ from farm.core.errors import ExtractError, IngestError, UsageError
 from farm.pipeline.archive import (
     PICKLE_HINT,
     PICKLE_REFUSED,
+    listed,
     refuse_code,
     sniff_format,
     tensors_only,
@@ -278,10 +279,8 @@ def _check_shapes(ep: ExportedProgram, path: Path, shapes: list[tuple[int, ...]]
 
 def _refuse_ops(problems: list[str], fmt: str, path: Path) -> None:
     if problems:
-        shown = ", ".join(problems[:5]) + (f" and {len(problems) - 5} more"
-                                           if len(problems) > 5 else "")
         raise UsageError(f"this {fmt} model runs more than torch's computing operators: "
-                         f"{shown}", subject=str(path),
+                         f"{listed(problems)}", subject=str(path),
                          hint="pass --allow-pickle if you trust the file's code")
 
 
