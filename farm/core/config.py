@@ -80,10 +80,9 @@ class FarmConfig:
     # a lent round takes its search back when its helper sends no batch within this long
     lent_batch_timeout_s: float = 180.0
     # a workload the store has never measured measures first up to this many of its
-    # relatives' best schedules, replayed on it (workers/round/transfer.py); 0 (default): never.
-    # Off by default: TVM's evolutionary search then crashed on some seeded rounds
-    # ("old_outputs.size() == new_outputs.size()", 9 of ~20 rounds of a CNN + MobileNet fill)
-    transfer_seeds: int = 0
+    # relatives' best schedules (its operator family's, farm/tir/family.py), replayed on it
+    # (workers/round/transfer.py); 0: never
+    transfer_seeds: int = 8
     # a worker's Prometheus /metrics (workers/host/metrics.py); 0: not served. Loopback unless told
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"

@@ -85,6 +85,11 @@ def model_workloads(mkey: str) -> str:
     return key_for("model", mkey, "workloads")
 
 
+def model_families(mkey: str) -> str:
+    """Hash: workload key -> its operator family (farm/tir/family.py), for a model key."""
+    return key_for("model", mkey, "families")
+
+
 def cost_model(mkey: str) -> str:
     """Hash: a model key's cost model (booster, samples, workloads, trained_at, versions)."""
     return key_for("model", mkey)

@@ -68,6 +68,7 @@ class TuneTask(_Message):
     device_key: str
     flop: float = 0.0
     space_size: int = 0  # design spaces MetaSchedule generated; 0: not counted
+    family: str = ""  # its anchor block's structure (farm/tir/family.py); "": not known
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class RoundResult(_Message):
     single_schedule: bool = False  # the workload has exactly one possible schedule
     handed_off: bool = False  # ended early: the rest of its trials went to an idle host
     searched_by: str = ""  # a helper host searched and built its batches (workers/round/borrow.py)
+    seeded: int = 0  # of `measured`: its relatives' schedules, carried over (workers/round/transfer.py)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
 from farm.pipeline.foldbn import fold_batch_norm
 from farm.tir.blocknames import canonical_module
+from farm.tir.family import family
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def extract(mod: IRModule, profile: DeviceProfile, model_name: str = "model",
         tasks.append(TuneTask(
             name=str(t.task_name), workload_key=key, weight=int(t.weight),
             mod_json=tvm.ir.save_json(dispatched), target=target_json, device_key=profile.key,
-            flop=float(_flop(dispatched)),
+            flop=float(_flop(dispatched)), family=family(dispatched),
         ))
     if not tasks:
         raise ExtractError("the model has no tunable operator (nothing to tune)",

@@ -7,8 +7,9 @@ so a workload the farm never saw starts ranked by what every other one taught it
 Contract of every `LearnedStore` (tests/unit/test_store_*.py):
 
 - `put_workload` indexes the workload under its model key (`model_workloads`),
-  also when the workload was stored before (so an old store's workloads join the
-  first time a job submits them again).
+  and under its operator family when the task knows it (`model_families`), also when
+  the workload was stored before (so an old store's workloads join the first time a
+  job submits them again); `remove_workload` takes it out of both.
 - `features` are the cost model's per-record inputs, cached by candidate so a record
   is featurized once: opaque text, written by the trainer only; they go with their
   workload (`remove_workload`).
@@ -35,6 +36,11 @@ class LearnedStore(ABC):
     @abstractmethod
     def model_workloads(self, mkey: str) -> list[str]:
         """The workload keys of a model key, sorted."""
+
+    @abstractmethod
+    def model_families(self, mkey: str) -> dict[str, str]:
+        """Workload key -> its operator family, for the workloads of a model key whose
+        family is known."""
 
     @abstractmethod
     def put_features(self, wk: str, features: dict[str, str]) -> None:

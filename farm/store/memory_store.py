@@ -56,6 +56,7 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
         self._active: set[str] = set()
         self._hosts: dict[str, tuple[HostBeat, float]] = {}  # name -> (beat, expires at)
         self._model_workloads: dict[str, set[str]] = {}
+        self._model_families: dict[str, dict[str, str]] = {}
         self._features: dict[str, dict[str, str]] = {}
         self._models: dict[str, dict[str, str]] = {}
 
@@ -79,6 +80,8 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
         with self._lock:
             mkey = model_key(task.device_key, task.target)
             self._model_workloads.setdefault(mkey, set()).add(task.workload_key)
+            if task.family:
+                self._model_families.setdefault(mkey, {})[task.workload_key] = task.family
             if task.workload_key in self._workloads:
                 return False
             self._workloads[task.workload_key] = task
@@ -87,6 +90,10 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
     def model_workloads(self, mkey: str) -> list[str]:
         with self._lock:
             return sorted(self._model_workloads.get(mkey, set()))
+
+    def model_families(self, mkey: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._model_families.get(mkey, {}))
 
     def put_features(self, wk: str, features: dict[str, str]) -> None:
         with self._lock:
@@ -180,6 +187,8 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
             self._features.pop(wk, None)
             for members in self._model_workloads.values():
                 members.discard(wk)
+            for families in self._model_families.values():
+                families.pop(wk, None)
             for key in [k for k in self._lost if k[0] == wk]:
                 del self._lost[key]
             return existed

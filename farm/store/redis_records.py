@@ -106,8 +106,10 @@ class RedisRecords:
 
     # --- workloads -------------------------------------------------------------
     def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
-        self.r.sadd(keys.model_workloads(model_key(task.device_key, task.target)),
-                    task.workload_key)
+        mkey = model_key(task.device_key, task.target)
+        self.r.sadd(keys.model_workloads(mkey), task.workload_key)
+        if task.family:
+            self.r.hset(keys.model_families(mkey), task.workload_key, task.family)
         new = bool(self.rb.hsetnx(keys.workload(task.workload_key), "task",
                                   squeeze(task.dumps())))
         if new:
@@ -125,6 +127,9 @@ class RedisRecords:
 
     def model_workloads(self, mkey: str) -> list[str]:
         return sorted(self.r.smembers(keys.model_workloads(mkey)))
+
+    def model_families(self, mkey: str) -> dict[str, str]:
+        return dict(self.r.hgetall(keys.model_families(mkey)))
 
     def put_features(self, wk: str, features: dict[str, str]) -> None:
         if self.local_features is not None:  # the host's disk, not Redis (features.py)
@@ -339,7 +344,9 @@ class RedisRecords:
             pipe.hdel(keys.workload(wk), *fields)
         pipe.zrem(keys.workload_index(), wk)
         if task is not None:
-            pipe.srem(keys.model_workloads(model_key(task.device_key, task.target)), wk)
+            mkey = model_key(task.device_key, task.target)
+            pipe.srem(keys.model_workloads(mkey), wk)
+            pipe.hdel(keys.model_families(mkey), wk)
         done = pipe.execute()
         if self.local_features is not None:
             self.local_features.forget(wk)

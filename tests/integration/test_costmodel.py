@@ -195,6 +195,48 @@ def test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it(farm_s
     assert result.ranked_by.startswith(f"key model {mkey} v{fields['version']} "), result
 
 
+SEEDED_ROUND = (72, 88, 136)  # a dense layer of a shape no other test stores
+
+
+def test_a_seeded_round_runs_to_its_budget_with_its_seeds_checked_against_the_reference(
+        farm_store):
+    """A new dense layer's round with transfer on: its first batch is its relatives' best
+    schedules (the stored matmuls: another shape and epilogue) fitted to it, each built,
+    measured on a real phone and its output checked against the reference kernel (a wrong
+    answer is a failure of class wrong_answer); then MetaSchedule's evolutionary search
+    starts from them, and the round measures its whole budget. (The evolutionary search
+    crashed on seeded rounds once: "old_outputs.size() == new_outputs.size()".)"""
+    from farm.core.config import FarmConfig
+    from workers.round.context import WorkerContext
+    from workers.round.measure import run_round
+
+    store, profile, _, data = farm_store
+    task = matmul_task(SEEDED_ROUND, profile, bias_relu=True)
+    store.put_workload(task)
+    group = services.ServiceGroup()
+    try:
+        svc, tracker = services.start_tracker(data)
+        group.add(svc)
+        group.add(services.start_phone(tracker, profile.key, 0, data))
+        ctx = WorkerContext(config=FarmConfig(device_wait_s=60, transfer_seeds=4),
+                            tracker=tracker, host="test-host")
+        req = RoundRequest(job_id="j-seeded", workload_key=task.workload_key,
+                           task_name=task.name, round_index=0, trials=8, target_trials=8,
+                           max_rounds=1, device_key=profile.key)
+        tidy_meta_schedule_loggers()
+        with tvm_children_without_torch():
+            result = run_round(ctx, store, req)
+        recs = sorted(store.records(task.workload_key), key=lambda r: r.measured_at)
+    finally:
+        group.stop()
+        store.remove_workload(task.workload_key)  # the other tests count the key's workloads
+    assert result.seeded == 4 and result.measured == 8, result
+    assert "wrong_answer" not in result.failures and result.valid >= 6, result
+    # the seeds, measured first, fit this shape and ran: the round's best is no worse than the
+    # best of its seeds, and the seeds were checked (a checked candidate is valid or failed)
+    assert len(recs) == 8 and sum(r.valid for r in recs[:4]) >= 3, recs[:4]
+
+
 def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_store):
     """Until the workload's own model has warmed up (100 samples), RankedModel ranks with the
     key's model corrected by the samples the round measured so far: a batch that contradicts

@@ -25,6 +25,7 @@ workload it tunes. Two things keep a round of the farm from starting that blind:
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -41,7 +42,9 @@ from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
 from workers.round.database import tuning_record
+from workers.round.heldout import MIN_HELDOUT_RHO, folds, heldout
 from workers.round.samples import cost_of, decode, featurize_missing, learnable, pick
+from workers.round.transfer import families_of, relatives_in_store, task_family
 
 if TYPE_CHECKING:
     import xgboost
@@ -67,16 +70,23 @@ CORRECTION_PARAMS = {"max_depth": 4, "min_child_weight": 1.0, "eta": 0.2}  # sma
 CORRECTION_ROUNDS = 40
 
 
-
 class KeyModel:
-    """A model key's cost model as the store keeps it: an XGBoost booster and its version."""
+    """A model key's cost model as the store keeps it: two XGBoost boosters, each trained on
+    half of the key's workloads (split by workload), whose scores are averaged; each ranked
+    the other half's workloads, so the model carries its own held-out check per operator
+    family (`heldout`: family -> [mean rank correlation, workloads]) and ranks a family's new
+    workload only where that check says it beats random (`ranks`)."""
 
     def __init__(self, mkey: str, fields: dict[str, str]) -> None:
         import xgboost as xgb
 
         self.mkey = mkey
         self.fields = fields
-        self.booster = xgb.Booster(model_file=bytearray(base64.b64decode(fields["booster"])))
+        self.boosters = [xgb.Booster(model_file=bytearray(base64.b64decode(fields[name])))
+                         for name in ("booster", "booster2") if fields.get(name)]
+        if not self.boosters:
+            raise ValueError("the stored model has no booster")
+        self.heldout: dict[str, list[float]] = json.loads(fields.get("heldout") or "{}")
 
     @property
     def version(self) -> int:
@@ -85,6 +95,19 @@ class KeyModel:
     def describe(self) -> str:
         return (f"{self.mkey} v{self.version} ({self.fields.get('trained_on', '?')} records of "
                 f"{self.fields.get('workloads', '?')} workloads)")
+
+    def ranks(self, family: str) -> tuple[bool, str]:
+        """Whether this model ranks a new workload of `family`, and why (for the round's log)."""
+        if family not in self.heldout:
+            return False, f"no held-out workload of its family ({family}) to check it on"
+        rho, n = self.heldout[family]
+        verdict = rho >= MIN_HELDOUT_RHO
+        return verdict, (f"rank correlation {rho:.2f} on {int(n)} held-out workloads of its "
+                         f"family ({'>=' if verdict else '<'} {MIN_HELDOUT_RHO})")
+
+    def margin(self, data: xgboost.DMatrix) -> np.ndarray:
+        """The boosters' mean per-store score of each row of `data`."""
+        return np.mean([b.predict(data, output_margin=True) for b in self.boosters], axis=0)
 
     def predict(self, xs: list[np.ndarray],
                 correction: xgboost.Booster | None = None) -> np.ndarray:
@@ -98,7 +121,7 @@ class KeyModel:
             return scores
         ids = np.concatenate([[i] * len(x) for i, x in enumerate(xs) if x is not None and len(x)])
         data = xgb.DMatrix(np.concatenate(rows, axis=0))
-        pred = self.booster.predict(data, output_margin=True)
+        pred = self.margin(data)
         if correction is not None:
             data.set_base_margin(pred)  # the correction boosts on from the key's scores
             pred = correction.predict(data, output_margin=True)
@@ -118,7 +141,7 @@ class KeyModel:
         if sum(1 for i in keep if ys[i] > 1e-6) < CORRECTION_MIN:  # failures score ~1e-15
             return None
         data = PackSum(xs=[xs[i] for i in keep], ys=ys[keep])
-        data.dmatrix.set_base_margin(self.booster.predict(data.dmatrix, output_margin=True))
+        data.dmatrix.set_base_margin(self.margin(data.dmatrix))
         params = XGBConfig(nthread=threads).to_dict() | CORRECTION_PARAMS
         return xgb.train(params, data.dmatrix, num_boost_round=CORRECTION_ROUNDS,
                          obj=lambda pred, _data: data.obj_square_error(pred))
@@ -133,47 +156,68 @@ def key_records(store: RecordStore, mkey: str) -> int:
     return sum(store.record_count(wk) for wk in store.model_workloads(mkey))
 
 
-def train(store: RecordStore, mkey: str, threads: int = 1,
-          exclude: tuple[str, ...] = ()) -> KeyModel | None:
-    """Train the key's model on every workload of the key (but `exclude`) and store it."""
+def _fit(xs: list[np.ndarray], ys: np.ndarray, threads: int) -> xgboost.Booster:
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
+    model = XGBModel(num_tuning_cores=threads, verbose_eval=0)
+    np.random.seed(len(xs))
+    model._train(xs=xs, ys=ys)  # noqa: SLF001 - XGBModel's own pack-sum training
+    return model.booster
+
+
+def train(store: RecordStore, mkey: str, threads: int = 1,
+          exclude: tuple[str, ...] = ()) -> KeyModel | None:
+    """Train the key's model on every workload of the key (but `exclude`) and store it: two
+    boosters, one per half of the workloads, and each half's held-out rank correlation per
+    family as scored by the other half's booster. A key of one workload with samples, or with
+    too few samples in either half, gets no model: its quality could not be checked."""
     t0 = time.monotonic()
-    xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
     workloads = store.model_workloads(mkey)
     first = store.get_workload(workloads[0]) if workloads else None
     picked = pick(store, workloads, per_workload(len(workloads)), exclude)
     featurize_missing(store, picked, first.device_key if first else "", threads)
-    for p in picked.values():
-        pairs = [(decode(p.features[e.candidate]), cost_of(e)) for e in p.chosen
-                 if p.features.get(e.candidate)]
+    samples: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+    for wk, p in picked.items():
+        decoded = [(decode(p.features[e.candidate]), cost_of(e)) for e in p.chosen
+                   if p.features.get(e.candidate)]
+        pairs = [(x, c) for x, c in decoded if x is not None and len(x)]
         if len(pairs) < 2:
             continue
         costs = np.array([c for _, c in pairs], dtype=np.float32)
-        xs.extend(x for x, _ in pairs)  # type: ignore[misc]
-        ys.append(costs.min() / costs)
-    if len(xs) < MIN_SAMPLES:
+        samples[wk] = ([x for x, _ in pairs], costs.min() / costs)
+    fold = folds(list(samples))
+    halves = [[wk for wk in samples if fold[wk] == f] for f in (0, 1)]
+    sizes = [sum(len(samples[wk][0]) for wk in half) for half in halves]
+    if min(sizes) < MIN_SAMPLES // 2:
         return None
-    model = XGBModel(num_tuning_cores=threads, verbose_eval=0)
-    np.random.seed(len(xs))
-    model._train(xs=xs, ys=np.concatenate(ys))  # noqa: SLF001 - XGBModel's own pack-sum training
+    boosters = [_fit([x for wk in half for x in samples[wk][0]],
+                     np.concatenate([samples[wk][1] for wk in half]), threads) for half in halves]
+    checked = heldout(boosters, samples, fold, families_of(store, mkey))
     previous = store.cost_model(mkey)
     fields = {
-        "booster": base64.b64encode(bytes(model.booster.save_raw())).decode(),
+        "booster": base64.b64encode(bytes(boosters[0].save_raw())).decode(),
+        "booster2": base64.b64encode(bytes(boosters[1].save_raw())).decode(),
+        "heldout": json.dumps(checked, sort_keys=True),
         "version": str(int(previous.get("version", 0)) + 1),
         "samples": str(sum(p.learnable for p in picked.values())),
-        "trained_on": str(len(xs)), "workloads": str(len(ys)), "trained_at": str(time.time()),
+        "trained_on": str(sum(sizes)), "workloads": str(len(samples)),
+        "trained_at": str(time.time()),
         "train_s": f"{time.monotonic() - t0:.1f}", "excluded": ",".join(exclude),
     }
     store.put_cost_model(mkey, fields)
-    log.info("cost model %s: trained on %d records of %d workloads in %.1f s", mkey, len(xs),
-             len(ys), time.monotonic() - t0)
+    log.info("cost model %s: trained on %d records of %d workloads in %.1f s; held out, per "
+             "family: %s", mkey, sum(sizes), len(samples), time.monotonic() - t0,
+             "; ".join(f"{fam} {r:.2f} ({int(n)})" for fam, (r, n) in sorted(checked.items()))
+             or "none")
     return KeyModel(mkey, fields)
 
 
 def stale(store: RecordStore, mkey: str, fields: dict[str, str]) -> bool:
+    """The key's records grew enough since its model (or its model has no held-out check:
+    one an older farm trained)."""
     current = key_records(store, mkey)
+    if fields.get("booster") and "heldout" not in fields:
+        return current >= MIN_SAMPLES
     trained = int(fields.get("samples", 0)) if fields else 0
     return current >= MIN_SAMPLES and current - trained >= max(MIN_GROWTH, RETRAIN_GROWTH * trained)
 
@@ -287,10 +331,21 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
 
 def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: object,
                 threads: int = 1) -> tuple[XGBModel | RankedModel, int, str]:
-    """The cost model of a round: (model, own records it learned from, what ranks first)."""
+    """The cost model of a round: (model, own records it learned from, what ranks first).
+
+    The key's model ranks a workload that has not warmed up its own model only where it
+    has earned it: the key holds other workloads of the workload's operator family
+    (workers/round/transfer.py) and, trained without them, it ranked them better than
+    random (`KeyModel.ranks`). Elsewhere the round ranks as a fresh farm would (its first
+    batch at random), so a store of unrelated models costs a new one nothing: no training,
+    no ranking by a model of other operators."""
     own, learned = pretrained_cost_model(store, task.workload_key, workload, target, threads)
     if learned >= own.num_warmup_samples:
         return own, learned, "own records"
+    fallback = "own records" if learned else ""
+    family = task_family(task)
+    if not relatives_in_store(store, task, family):
+        return own, learned, fallback
     try:
         key = key_model(store, task, threads)
     except Exception as e:  # noqa: BLE001 - the key's model is a head start, never a must
@@ -298,5 +353,10 @@ def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: 
                     task.workload_key, e)
         key = None
     if key is None:
-        return own, learned, "own records" if learned else ""
-    return RankedModel(own, key, threads), learned, f"key model {key.describe()}"
+        return own, learned, fallback
+    ranks, why = key.ranks(family)
+    if not ranks:
+        log.info("workload %s: the key's model %s does not rank it: %s", task.workload_key,
+                 key.describe(), why)
+        return own, learned, fallback
+    return RankedModel(own, key, threads), learned, f"key model {key.describe()}: {why}"

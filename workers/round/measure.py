@@ -364,4 +364,4 @@ def _result(rnd: Round, counters: RoundCounters, counts: dict[str, int],
         failures=dict(counters.failures), errors=dict(counters.errors),
         device_lost=counters.device_lost, best_us=counters.best_us,
         measure_s=counters.measure_s, ranked_by=facts.ranked_by,
-        handed_off=bool(counts.get("handed_off")))
+        handed_off=bool(counts.get("handed_off")), seeded=int(counts.get("seeded", 0)))

@@ -1,31 +1,34 @@
 """A new workload's first candidates: the best schedules of its relatives, replayed on it.
 
 A workload the store has never measured starts blind: its first batch is random (or ranked
-by the key's cost model, which transfers little: bench/ranking.md). But the store holds the
-best schedule of every workload of the same model key (device key + target), and a
-MetaSchedule schedule is a trace of primitives on named blocks and loops, not of one shape.
-The new workload's own design spaces (MetaSchedule's schedule rules on its blocks) are
-sampled with the decisions of a relative's best trace where they fit: a relative that tiles
-as many loops as deep (the same operator at another shape, with whatever epilogue: a dense
-layer of other widths with or without bias and activation, a convolution of other channels)
-gives its tile sizes, fitted to the new loop extents (each `SamplePerfectTile` keeps the
+by the key's cost model where its held-out check allows: workers/round/heldout.py). But the
+store holds the best schedule of every workload of the same model key (device key + target),
+and a MetaSchedule schedule is a trace of primitives on named blocks and loops, not of one
+shape. A workload's relatives are the key's workloads of its operator family (the anchor
+block's structure, farm/tir/family.py: a dense layer of other widths with or without bias
+and activation, a convolution of other channels and kernel size; never another family, and
+never by the task's name), the closest in FLOPs first. The new workload's own design spaces
+(MetaSchedule's schedule rules on its blocks) are sampled with the decisions of a relative's
+best trace where they fit: a relative that tiles as many loops as deep gives its tile sizes, fitted to the new loop extents (each `SamplePerfectTile` keeps the
 inner factors that divide the new extent, nearest below, the outermost takes the rest), and
 its unrolling and other choices where both traces make as many. A relative whose decisions
 do not fit is skipped; what fits is checked by the target's postprocessors, as every sampled
 schedule is, and measured and checked against the reference kernel like any candidate. This is transfer
 tuning (Gibson & Cano, 2022): schedules reused across operators, no model in between.
 
-The round measures them first, as its own batch (`transfer_seeds` = N > 0; the default, 0,
-is off: TVM's evolutionary search crashed on some seeded rounds); they are new candidates
-of the workload and count against its trials. The evolutionary search then starts from
-the store's best of the workload, which now includes them.
+The round measures them first, as its own batch (up to `transfer_seeds`; 0: never); they
+are new candidates of the workload and count against its trials (a round of 4 trials with
+relatives is transfer alone: no search). The evolutionary search then starts from the
+store's best of the workload, which now includes them. (It crashed on seeded rounds once,
+"old_outputs.size() == new_outputs.size()", when a relative's compute locations were
+replayed: only tiles and unrolling are now.) A store of unrelated models gives a new
+workload no relative, and its round is a fresh farm's.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable
 
 from farm.core.aliases import IRModule, MeasureCandidate, Schedule, Trace, TuneContext, TVMObject
@@ -35,27 +38,69 @@ from farm.store.learned import model_key
 
 log = logging.getLogger(__name__)
 
-RELATIVES_TRIED = 48  # relatives whose best schedule is replayed (the same operator first)
-WORKLOADS_READ = 512  # workloads of a key read to find them
+RELATIVES_TRIED = 48  # relatives whose best schedule is replayed, the closest in size first
 
 
-def family(name: str) -> str:
-    """A task's operator family from its name: digits dropped ("fused_matmul3_add1" and
-    "fused_matmul_add" are one family)."""
-    return re.sub(r"\d+", "", name)
+def task_family(task: TuneTask) -> str:
+    """The task's operator family (farm/tir/family.py): as extraction wrote it, or from its
+    TIR for a task stored before families were kept."""
+    from farm.tir.family import family
+    from farm.tir.module import load_mod
+
+    return task.family or family(load_mod(task))
+
+
+BACKFILL = 64  # workloads of a key stored without a family that one round classifies
+
+
+def families_of(store: RecordStore, mkey: str) -> dict[str, str]:
+    """Workload key -> family for a model key's workloads; those stored before families were
+    kept are classified from their TIR (up to BACKFILL a call) and indexed for good."""
+    from dataclasses import replace
+
+    families = store.model_families(mkey)
+    missing = [wk for wk in store.model_workloads(mkey) if wk not in families][:BACKFILL]
+    for wk in missing:
+        task = store.get_workload(wk)
+        if task is None:
+            continue
+        try:
+            families[wk] = task_family(task)
+        except Exception as e:  # noqa: BLE001 - an unreadable workload has no relatives
+            log.warning("workload %s: its operator family is not known: %s", wk, e)
+            continue
+        store.put_workload(replace(task, family=families[wk]))  # indexes its family
+    return families
+
+
+def relatives_in_store(store: RecordStore, task: TuneTask, family: str) -> bool:
+    """Whether the task's model key holds another workload of `family`."""
+    families = families_of(store, model_key(task.device_key, task.target))
+    return any(fam == family for wk, fam in families.items() if wk != task.workload_key)
 
 
 def relatives(store: RecordStore, task: TuneTask) -> list[TuneTask]:
-    """Other workloads of the task's model key with a best record, its own family first."""
-    mkey = model_key(task.device_key, task.target)
+    """The other workloads of the task's model key of its operator family (by their anchor
+    block's structure, farm/tir/family.py: a dense layer's relatives are dense layers and
+    matmuls of other shapes and epilogues, never a convolution) that have a best record,
+    the closest in work (FLOPs) first. A workload stored before families were kept joins
+    when a job submits it again."""
+    mine = task_family(task)
+    families = families_of(store, model_key(task.device_key, task.target))
     found = []
-    for wk in store.model_workloads(mkey)[:WORKLOADS_READ]:
-        if wk == task.workload_key:
+    for wk, fam in families.items():
+        if wk == task.workload_key or fam != mine:
             continue
         other = store.get_workload(wk)
         if other is not None:
             found.append(other)
-    found.sort(key=lambda t: (family(t.name) != family(task.name), t.name))
+
+    def distance(other: TuneTask) -> float:
+        if task.flop > 0 and other.flop > 0:
+            return abs(math.log(other.flop / task.flop))
+        return math.inf
+
+    found.sort(key=lambda t: (distance(t), t.workload_key))
     return found[:RELATIVES_TRIED]
 
 
@@ -148,7 +193,9 @@ def seeds(store: RecordStore, task: TuneTask,
         spaces = list(context.space_generator.generate_design_space(context.mod))
         postprocs = list(context.space_generator.postprocs)
         per_relative: list[list[MeasureCandidate]] = []
+        tried = 0
         for other in relatives(store, task):
+            tried += 1
             best = store.best(other.workload_key)
             if best is None:
                 continue
@@ -168,6 +215,8 @@ def seeds(store: RecordStore, task: TuneTask,
         # each relative's first fitting space first, then their other spaces
         ranked = [c for depth in range(len(spaces)) for cands in per_relative
                   for c in cands[depth:depth + 1]]
+        log.info("workload %s: transfer: %d of %d relatives' best schedules applied, %d "
+                 "candidates", task.workload_key, len(per_relative), tried, len(ranked[:limit]))
         return ranked[:limit]
 
     return make
