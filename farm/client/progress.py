@@ -290,13 +290,14 @@ def watch(store: RecordStore, job_ids: list[str], interval_s: float,
 
 
 def format_table(summary: JsonDict) -> str:
-    rows = [("task", "trials", "from store", "best us", "GFLOPS", "default us", "state")]
+    rows = [("task", "trials", "from store", "best us", "GFLOPS", "default us", "best from",
+             "state")]
     for t in summary["tasks"]:
         best = f"{t['best_us']:.1f}" if t["best_us"] is not None else "-"
         gflops = f"{t['gflops']:.3g}" if t.get("gflops") is not None else "-"
         default = f"{t['default_us']:.1f}" if t.get("default_us") is not None else "-"
         rows.append((t["name"][:48], str(t["trials_measured"]), str(t["trials_from_store"]),
-                     best, gflops, default, t["state"]))
+                     best, gflops, default, (t.get("best_from") or "-")[:40], t["state"]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lat = summary["latency_us"]

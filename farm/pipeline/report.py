@@ -221,6 +221,7 @@ def task_table(summary: JsonDict, store: RecordStore, trials: list[TaskTrials]) 
             f"<td>{t['trials_measured']}</td><td>{t['trials_from_store']}</td>"
             f"<td>{_us(t['best_us'])}</td><td class=gflops>{_gflops(task_gflops(t, store))}</td>"
             f"<td>{_us(t.get('default_us'))}</td>"
+            f"<td>{html.escape(t.get('best_from') or '-')}</td>"
             f"<td>{t['weight'] * (t['best_us'] or 0):.1f}</td>"
             f"<td>{html.escape(json.dumps(t.get('failures', {})))}{_errors(t)}</td>"
             f"<td>{t['device_lost']}</td>"
@@ -228,7 +229,7 @@ def task_table(summary: JsonDict, store: RecordStore, trials: list[TaskTrials]) 
             f"<td>{task_curve(t, tt)}{cache_view(store, t['workload_key'])}</td></tr>")
     return f"""<table><tr><th>task</th><th>weight</th><th>trials measured</th>
 <th>trials from store</th><th>best us</th><th>GFLOPS at best</th><th>TVM's default schedule us</th>
-<th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
+<th>best from</th><th>weight x best</th><th>failures</th><th>device lost</th><th>state</th>
 <th>tuning curve: best latency vs this job's trials (a red tick: a failed trial)</th></tr>
 {''.join(rows)}</table>"""
 

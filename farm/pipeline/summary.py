@@ -51,6 +51,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "name": task.name, "workload_key": wk, "weight": task.weight,
             "trials_measured": measured.get(wk, 0), "trials_from_store": from_store.get(wk, 0),
             "best_us": round(best_us, 3) if best_us is not None else None,
+            "best_from": best_from(best, job.job_id),
             "flop": task.flop, "gflops": gflops(task.flop, best_us),
             "default_us": round(defaults[wk], 3) if wk in defaults else None,
             "failed": sum(st.failures.values()), "failures": st.failures,
@@ -83,6 +84,20 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
     }
+
+
+def best_from(best: StoredRecord | None, job_id: str) -> str | None:
+    """Where a task's best came from: "searched" (this job's search), "transferred from
+    NAME" (a relative's schedule carried over, workers/round/transfer.py; measured by this
+    job or an earlier one), "stored (job ID)" (measured by an earlier job), or an import's
+    source; None without a best."""
+    if best is None:
+        return None
+    if best.source.startswith("transfer:"):
+        return "transferred from " + best.source.removeprefix("transfer:")
+    if best.source != "job":
+        return best.source
+    return "searched" if best.job_id == job_id else f"stored (job {best.job_id or '?'})"
 
 
 def gflops(flop: float, best_us: float | None) -> float | None:

@@ -235,6 +235,8 @@ def test_a_seeded_round_runs_to_its_budget_with_its_seeds_checked_against_the_re
     # the seeds, measured first, fit this shape and ran: the round's best is no worse than the
     # best of its seeds, and the seeds were checked (a checked candidate is valid or failed)
     assert len(recs) == 8 and sum(r.valid for r in recs[:4]) >= 3, recs[:4]
+    # their records say where they came from; the search's say "job"
+    assert [r.source.split(":")[0] for r in recs] == ["transfer"] * 4 + ["job"] * 4, recs
 
 
 def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_store):
@@ -305,6 +307,7 @@ def test_a_new_workload_is_seeded_with_its_relatives_best_schedules(farm_store):
 
     from farm.tir.module import load_mod
     from workers.round import transfer
+    from workers.round.database import replays
 
     store, profile, tasks, _ = farm_store
     # a dense layer with bias and ReLU: its relatives are the stored plain matmuls (another
@@ -313,8 +316,13 @@ def test_a_new_workload_is_seeded_with_its_relatives_best_schedules(farm_store):
     target = tvm.target.Target(task.target)
     context = TuneContext(mod=load_mod(task), target=target, space_generator="post-order-apply",
                           search_strategy="replay-trace", task_name="seeded", num_threads=1)
-    seeds = transfer.seeds(store, task, 4)(context)
+    made = transfer.seeds(store, task, 4)(context)
+    names = {t.name for t in tasks}
+    assert all(src.removeprefix("transfer:") in names for _, src in made), made
+    seeds = [c for c, _ in made]
     assert len(seeds) == 4  # every stored matmul is a relative: its decisions fit
+    for cand in seeds:  # TVM's evolutionary search can replay and mutate them (its
+        replays(cand.sch.trace)  # postprocessing marked: it failed whole rounds before)
     for cand in seeds:  # fitted: every loop's tiles multiply to its extent here
         for inst, decision in cand.sch.trace.decisions.items():
             if inst.kind.name == "SamplePerfectTile":

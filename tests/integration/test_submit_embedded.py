@@ -79,6 +79,9 @@ def test_submit_tunes_compiles_and_checks(first_run):
         # TVM's default schedule was measured with the task's first batch: the job's best is
         # never one that is slower than what an untuned build runs
         assert t["single_schedule"] or t["default_us"] is not None, t
+        # a fresh farm: each best was this job's search, or a schedule carried over from a
+        # task of the same family this job tuned first
+        assert t["best_from"] == "searched" or t["best_from"].startswith("transferred from "), t
     assert summary["numerics_ok"] is True
     lat = summary["latency_us"]
     assert lat["tuned"] < lat["untuned"], lat
@@ -86,7 +89,7 @@ def test_submit_tunes_compiles_and_checks(first_run):
     assert sorted(summary["schedules"]["from_log"]) == sorted(t["name"] for t in tasks)
     assert load_log_in_plain_tvm(out / "best", summary) == len(tasks)
     assert (out / "model.so").stat().st_size > 0
-    assert "speed-up" in proc.stdout and "default us" in proc.stdout
+    assert "speed-up" in proc.stdout and "default us" in proc.stdout and "best from" in proc.stdout
     # the workers' logs say what the farm did, not MetaSchedule's INFO lines posing as warnings
     worker_logs = "".join(p.read_text() for p in home.glob("logs/*/worker.log"))
     assert "round 1 of" in worker_logs

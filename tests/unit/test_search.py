@@ -313,7 +313,8 @@ def test_seeds_are_measured_first_once_and_not_told_to_the_search():
     asked = []
     inner = FakeInner([[c[3]]])
     search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), SearchPlan(
-        want=8, seed=lambda context: asked.append(context) or [c[0], c[1], c[1], c[2]]),
+        want=8, seed=lambda context: asked.append(context) or [
+            (x, f"transfer:r{i}") for i, x in enumerate([c[0], c[1], c[1], c[2]])]),
         inner=inner)
     search.first = object()  # stands for a cold workload's random first batch
     search._end_first = lambda: setattr(search, "first", None)
@@ -323,9 +324,28 @@ def test_seeds_are_measured_first_once_and_not_told_to_the_search():
     assert hashes == [candidate_hash(record_of(x, workload, target)) for x in (c[1], c[2])]
     assert len(asked) == 1 and search.counts["fresh"] == 2 and search.counts["seeded"] == 2
     assert search.first is None  # the evolutionary search starts from the seeds
+    assert search.origins == dict(zip(hashes, ["transfer:r1", "transfer:r3"], strict=True))
     search.notify_runner_results(seeded, [RunnerResult([1e-6], None)] * 2)
     assert inner.notified == []
     assert search.generate_measure_candidates() == [c[3]] and len(asked) == 1  # once
+
+
+def test_a_seeded_first_batch_is_led_by_the_default_schedule():
+    """With seeds, TVM's default schedule still leads the first batch (a round of 4 trials
+    with relatives is all seeds: without it the task's best could be slower than untuned)."""
+    from farm.store import candidate_hash
+    from farm.store.candidates import DEFAULT_SCHEDULE
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
+
+    store, workload, target, c = first_one_stored(4)
+    search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), SearchPlan(
+        want=3, baseline=True, seed=lambda context: [(x, "transfer:r") for x in c[1:]]),
+        inner=FakeInner([]))
+    first = search.generate_measure_candidates()
+    hashes = [candidate_hash(record_of(x, workload, target)) for x in first]
+    assert hashes[0] == DEFAULT_SCHEDULE and len(hashes) == 3, hashes
+    assert search.counts["fresh"] == 3 and search.counts["seeded"] == 2
+    assert DEFAULT_SCHEDULE not in search.origins and len(search.origins) == 2
 
 
 def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload():
@@ -368,3 +388,32 @@ def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload
     assert [candidate_hash(record_of(x, workload, target))
             for x in again.generate_measure_candidates()] == [
         candidate_hash(record_of(x, workload, target)) for x in c[4:]]
+
+
+def test_a_stored_record_the_evolutionary_search_cannot_mutate_is_not_a_starting_point():
+    """A sampled schedule whose postprocessing is not marked (the farm's first transferred
+    seeds) made TVM's evolutionary search fail whole rounds; the store's database leaves it
+    out of the search's top records, and keeps the marked ones."""
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from farm.store import StoredRecord, candidate_hash
+    from workers.round.database import StoreDatabase
+    from workers.round.search import record_of
+
+    store, workload, target, c = first_one_stored(2)
+    context = TuneContext(mod=workload.mod, target=tvm.target.Target(
+        {"kind": "llvm", "num-cores": 1}), space_generator="post-order-apply",
+        task_name="unmarked", num_threads=1)
+    space = context.space_generator.generate_design_space(workload.mod)[0]
+    sch = Schedule(workload.mod)
+    space.trace.apply_to_schedule(sch, remove_postproc=True)
+    for post in context.space_generator.postprocs:  # no enter_postproc(): unmarked
+        post.apply(sch)
+    for cand, us in ((sch, 1.0), (c[1].sch, 2.0)):
+        rec = record_of(type(c[1])(cand, c[1].args_info), workload, target, [us * 1e-6])
+        store.add_record(StoredRecord(workload_key="wk", candidate=candidate_hash(rec),
+                                      record=rec, run_us=us))
+    top = StoreDatabase(store, "wk", workload.mod).get_top_k(workload, 10)
+    assert [float(r.run_secs[0]) * 1e6 for r in top] == pytest.approx([2.0, 5.0]), top

@@ -60,6 +60,9 @@ class Provenance:
     device_key: str = ""
     task: str = ""
     round_id: str = ""
+    # candidate hash -> its record's source where it is not the round's search ("job"): a
+    # relative's schedule carried over, "transfer:<relative>" (the search fills it)
+    origins: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, list[float] | None]:
@@ -157,7 +160,8 @@ class StoreCallback:
                 workload_key=self.workload_key, candidate=candidate_hash(record), record=record,
                 run_us=run_us, error_class=error_class, error_msg=error_msg[-2000:],
                 job_id=self.provenance.job_id, host=self.provenance.host,
-                measured_at=time.time(), source="job",
+                measured_at=time.time(),
+                source=self.provenance.origins.get(candidate_hash(record), "job"),
                 tvm=built_by.tvm if built_by is not None else TVM_VERSION,
                 builder=built_by.stamp if built_by is not None else "",
             )

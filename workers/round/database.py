@@ -27,6 +27,21 @@ def tuning_record(rec: StoredRecord, workload: Workload) -> TuningRecord:
     return tir_tuning_record(rec.record, workload)
 
 
+def replays(trace: object) -> None:
+    """ValueError where MetaSchedule's evolutionary search could not replay and mutate
+    `trace`: a sampled schedule (it has sampling decisions) whose postprocessors' part is
+    not marked (no EnterPostproc). The search replays the store's top records with that part
+    dropped and mutates their decisions; an unmarked one replays the postprocessors' loop
+    splits as schedule instructions on the mutated loops, and TVM fails the whole round in
+    its threads ("old_outputs.size() == new_outputs.size()"). MetaSchedule's own search
+    always marks it; the farm's first transferred seeds did not. Skipped, such a record
+    costs only its place among the search's starting points."""
+    kinds = {inst.kind.name for inst in trace.insts}  # type: ignore[attr-defined]
+    if "EnterPostproc" not in kinds and any(k.startswith("Sample") for k in kinds):
+        raise ValueError("its postprocessing is not marked (no EnterPostproc): TVM's "
+                         "evolutionary search cannot mutate it")
+
+
 @derived_object
 class StoreDatabase(PyDatabase):
     def __init__(self, store: RecordStore, workload_key: str, mod: IRModule) -> None:
@@ -54,10 +69,13 @@ class StoreDatabase(PyDatabase):
         out = []
         for rec in valid[:top_k]:
             try:
-                out.append(tuning_record(rec, self.workload))
+                found = tuning_record(rec, self.workload)
+                replays(found.trace)
             except Exception as e:  # noqa: BLE001 - bad data is skipped, never fatal
                 log.warning("workload %s: record %s unreadable, skipped: %s",
                             self.workload_key, rec.candidate, e)
+                continue
+            out.append(found)
         return out
 
     def get_all_tuning_records(self) -> list[TuningRecord]:

@@ -312,7 +312,7 @@ def _search_here(rnd: Round, t: Tuning, phones: int) -> RoundResult:
 
     ctx, store, req = rnd.ctx, rnd.store, rnd.req
     where = Where(OnPhones(t.runner), t.callback, checker(ctx, store, req),
-                  bool(ctx.config.search_ahead))
+                  bool(ctx.config.search_ahead), t.callback.provenance.origins)
     facts, counts = search_round(ctx, store, req, rnd.task, t.w, t.trials, where, t.single,
                                  phones)
     return _result(rnd, t.counters, counts, facts)

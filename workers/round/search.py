@@ -83,8 +83,9 @@ class TunedWorkload:
         return record_of(cand, self.workload, self.target, run_secs)
 
 
-# the first candidates of a new workload, made from the round's TuneContext (transfer.py)
-Seeds = Callable[[TuneContext], list[MeasureCandidate]]
+# the first candidates of a new workload, made from the round's TuneContext (transfer.py),
+# each with where it came from (its record's source: "transfer:<relative>")
+Seeds = Callable[[TuneContext], list[tuple[MeasureCandidate, str]]]
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class SearchPlan:
     - `seed`: makes the first candidates from the round's TuneContext (transfer.py);
     - `baseline`: TVM's default schedule is measured with the first batch;
     - `stop`: asked before every batch after the first: True ends the round there (handoff.py);
-    - `tvm_version`: the TVM measuring (a record of another version is not trusted).
+    - `tvm_version`: the TVM measuring (a record of another version is not trusted);
+    - `origins`: filled with candidate hash -> source for the seeds (the store callback's).
     """
 
     want: int = 0
@@ -108,6 +110,7 @@ class SearchPlan:
     baseline: bool = False
     stop: Callable[[], bool] | None = None
     tvm_version: str = ""
+    origins: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ class StoreAwareSearch(PySearchStrategy):
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
         self.verify = list(plan.verify)  # measured first, then dropped
         self.seed = plan.seed  # used once
+        self.origins = plan.origins if plan.origins is not None else {}
         self.context: TuneContext | None = None
         # TVM's default schedule still to measure with the first batch (once per workload)
         self.baseline = plan.baseline
@@ -273,11 +277,13 @@ class StoreAwareSearch(PySearchStrategy):
         except Exception as e:  # noqa: BLE001 - seeds are a head start, never a must
             log.warning("workload %s: no seeds from its relatives: %s", self.tuned.key, e)
             return []
-        for cand in made:
+        for cand, origin in made:
             h = candidate_hash(self.tuned.record(cand))
             if h not in seen and not self.store.has_candidate(self.tuned.key, h):
                 seen.add(h)
                 out.append(cand)
+                if len(out) <= left:
+                    self.origins[h] = origin
         return out[:left]
 
     def _verify_batch(self) -> list[MeasureCandidate]:
@@ -303,13 +309,16 @@ class StoreAwareSearch(PySearchStrategy):
         left = self.want - self.counts["fresh"] if self.want else 1
         if left <= 0:
             return None  # the round measured what it was asked for
-        seeded = self._seed_batch(self.seed, left) if self.seed is not None else []
-        if seeded:
-            self.counts["fresh"] += len(seeded)
-            self.counts["seeded"] = len(seeded)
-            if self._inner_active:  # the evolutionary search starts from them, not at random
-                self._end_first()
-            return self._own(seeded)
+        if self.seed is not None:
+            lead = self._baseline()  # TVM's default schedule leads the first batch, seeded too
+            seeded = self._seed_batch(self.seed, left - len(lead))
+            if seeded:
+                self.counts["fresh"] += len(lead) + len(seeded)
+                self.counts["seeded"] = len(seeded)
+                if self._inner_active:  # the evolutionary search starts from them, not at random
+                    self._end_first()
+                return self._own(lead + seeded)
+            self.baseline = bool(lead)  # no seeds: it leads the search's first batch
         if self.stop is not None and self.counts["fresh"] and self.stop():  # after the first
             self.counts["handed_off"] = 1
             return None
@@ -359,12 +368,14 @@ class StoreAwareSearch(PySearchStrategy):
     def clone(self) -> StoreAwareSearch:
         """A twin sharing the counts, with what is left of the plan."""
         left = SearchPlan(want=self.want, cold=self.cold, verify=self.verify, seed=self.seed,
-                          baseline=self.baseline, stop=self.stop, tvm_version=self.tvm_version)
+                          baseline=self.baseline, stop=self.stop, tvm_version=self.tvm_version,
+                          origins=self.origins)
         return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
 
 
 def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts: RoundFacts,
-                 config: FarmConfig, stop: Callable[[], bool] | None = None) -> StoreAwareSearch:
+                 config: FarmConfig, stop: Callable[[], bool] | None = None,
+                 origins: dict[str, str] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
     (workers/round/transfer.py), imported records verified first; on a CPU, TVM's default schedule
@@ -380,6 +391,6 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
         verify=[] if single else to_verify(store, task.workload_key),
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
         baseline=not single and str(tuned.target.kind.name) == "llvm",
-        stop=stop, tvm_version=tvm.__version__)
+        stop=stop, tvm_version=tvm.__version__, origins=origins)
     return StoreAwareSearch(store, tuned, plan, inner=evolutionary(config.search_population))
 

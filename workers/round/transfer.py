@@ -170,6 +170,12 @@ def replay(decisions: Decisions, space: Schedule, mod: IRModule,
 
     try:
         space.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+        # as MetaSchedule's own sampling does: the postprocessors' instructions are marked as
+        # such, so a replay of the trace (the evolutionary search's, from the store's top
+        # records) drops them and applies the postprocessors again. Without the mark they
+        # were replayed as schedule instructions on loops they had made, and the search
+        # failed ("old_outputs.size() == new_outputs.size()")
+        sch.enter_postproc()
         if not all(p.apply(sch) for p in postprocs):
             return None
     except Exception:  # noqa: BLE001 - the decisions do not fit this space
@@ -177,11 +183,11 @@ def replay(decisions: Decisions, space: Schedule, mod: IRModule,
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
-def seeds(store: RecordStore, task: TuneTask,
-          limit: int) -> Callable[[TuneContext], list[MeasureCandidate]] | None:
-    """Up to `limit` candidates from the relatives' best schedules, as a function of the
-    round's TuneContext (the search calls it once it has one: the postprocessors come from
-    it); None for `limit` 0."""
+def seeds(store: RecordStore, task: TuneTask, limit: int
+          ) -> Callable[[TuneContext], list[tuple[MeasureCandidate, str]]] | None:
+    """Up to `limit` candidates from the relatives' best schedules, each with its source
+    ("transfer:<relative's name>"), as a function of the round's TuneContext (the search
+    calls it once it has one: the postprocessors come from it); None for `limit` 0."""
     from tvm.s_tir.meta_schedule.database import Workload
 
     from farm.tir.module import load_mod, tuning_record
@@ -189,10 +195,10 @@ def seeds(store: RecordStore, task: TuneTask,
     if limit <= 0:
         return None
 
-    def make(context: TuneContext) -> list[MeasureCandidate]:
+    def make(context: TuneContext) -> list[tuple[MeasureCandidate, str]]:
         spaces = list(context.space_generator.generate_design_space(context.mod))
         postprocs = list(context.space_generator.postprocs)
-        per_relative: list[list[MeasureCandidate]] = []
+        per_relative: list[list[tuple[MeasureCandidate, str]]] = []
         tried = 0
         for other in relatives(store, task):
             tried += 1
@@ -207,7 +213,7 @@ def seeds(store: RecordStore, task: TuneTask,
             cands = [c for c in (replay(decisions, sp, context.mod, postprocs) for sp in spaces)
                      if c is not None]
             if cands:
-                per_relative.append(cands)
+                per_relative.append([(c, f"transfer:{other.name}") for c in cands])
                 log.info("workload %s: seeded from the best schedule of %s (%d design spaces)",
                          task.workload_key, other.name, len(cands))
             if len(per_relative) >= limit:

@@ -61,6 +61,7 @@ class Where:
     on_results: OnResults
     stop: Callable[[], bool] | None
     ahead: bool
+    origins: dict[str, str] | None = None  # where seeds came from, for their records' source
 
 
 def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: TuneTask,
@@ -78,7 +79,8 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, w.database.workload, w.target, threads)  # ranked_by "": the first batch
     facts = RoundFacts(trials, single, learned, ranked_by)
-    search = round_search(store, task, w.tuned, facts, ctx.config, stop=where.stop)
+    search = round_search(store, task, w.tuned, facts, ctx.config, stop=where.stop,
+                          origins=where.origins)
     _log_start(ctx, req, task, facts, (search.cold, len(search.verify)), (phones, threads))
     setup_s = time.monotonic() - t0
     loop = Searcher(w.mod, w.target, search, threads, task.name, req.round_id).loop(
