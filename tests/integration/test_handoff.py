@@ -34,7 +34,7 @@ min_repeat_ms = 20
 [farm]
 search_population = 128
 """
-TRIALS = 64  # one round of 4 batches per task: room to hand off after the first
+TRIALS = 48  # one round of 3 batches per task: room to hand off after the first (or second)
 HOST_A, HOST_B = "farm@hostA", "farm@hostB"
 
 
@@ -76,8 +76,8 @@ def test_an_idle_host_takes_the_rest_of_a_round(tmp_path: Path) -> None:
     try:
         redis_svc, url = services.start_redis(tmp_path / "redis", logs)
         group.add(redis_svc)
-        tracker_a = start_host(group, "a", logs, [0.5, 0.5])
-        tracker_b = start_host(group, "b", logs, [0.5, 0.5])  # phones idle: no worker yet
+        tracker_a = start_host(group, "a", logs, [0.25, 0.25])
+        tracker_b = start_host(group, "b", logs, [0.25, 0.25])  # phones idle: no worker yet
         group.add(services.start_worker(tracker_a, url, logs, name="worker-a",
                                         extra=["--hostname", HOST_A], env=env))
         out = tmp_path / "out"
