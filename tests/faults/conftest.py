@@ -26,9 +26,12 @@ from farm.local import services
 from farm.store import open_store
 from tests.helpers import run_farm
 
-# short phone timeouts and rounds; the broker's visibility timeout and the host TTL are the
-# defaults (1800 s, 30 s): a lost round must come back through the supervisor
-FAULT_ENV = {"FARM_RUN_TIMEOUT_S": "6", "FARM_ROUND_TRIALS": "4"}
+# short phone timeouts and rounds; the broker's visibility timeout is the default (1800 s): a
+# lost round must come back through the supervisor. The host TTL (a dead round's lease, and
+# the supervisor's grace before it sends a round again) and the supervisor's sweep are short,
+# as on the other test farms (the default TTL, 30 s, made each lost round wait 30-60 s)
+FAULT_ENV = {"FARM_RUN_TIMEOUT_S": "6", "FARM_ROUND_TRIALS": "4", "FARM_HOST_TTL_S": "6",
+             "FARM_SUPERVISOR_INTERVAL_S": "2"}
 
 
 def tiny_model(path: Path, width: int = 64, layers: int = 2) -> Path:
