@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 PASSWORD = "s3ntinel-test"
 MASTER = "farm"
+# a round a task: the primary dies once the first round's records are in, with the others to go
+TRIALS = 4
 
 
 def redis_node(folder: Path, port: int, replica_of: int | None = None) -> services.Service:
@@ -80,7 +82,8 @@ def sentinel_lab(tmp_path_factory: pytest.TempPathFactory):
         for i in range(2):
             group.add(services.start_phone(tracker, "cpu-local", i, root / "logs"))
         wait_for_phones(tracker, "cpu-local", 2, timeout_s=60)
-        env = {"FARM_HOST_TTL_S": "6", "FARM_ROUND_TRIALS": "4", "FARM_SEARCH_POPULATION": "64"}
+        env = {"FARM_HOST_TTL_S": "6", "FARM_SUPERVISOR_INTERVAL_S": "2",
+               "FARM_ROUND_TRIALS": str(TRIALS), "FARM_SEARCH_POPULATION": "64"}
         worker = group.add(services.start_worker(tracker, url, root / "logs", name="worker",
                                                  env=env))
         store = open_store(url)
@@ -102,14 +105,14 @@ def test_a_job_survives_the_primary_killed_mid_job(sentinel_lab, example_models:
     env = {**os.environ, "FARM_BROKER_URL": url, "FARM_HOME": str(lab["root"] / "home"),
            **lab["env"]}
     job = subprocess.Popen([sys.executable, "-m", "farm", "submit",
-                            str(example_models / "mobile.pt2"), "--trials-per-task", "8",
+                            str(example_models / "mobile.pt2"), "--trials-per-task", str(TRIALS),
                             "--out", str(out), "--timeout", "900"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     primary = redis.Redis(port=lab["primary"], password=PASSWORD, decode_responses=True)
     deadline = time.monotonic() + 600
     while True:  # some records committed, the job not over: the primary dies
         measured = sum(primary.hlen(k) for k in primary.scan_iter(match="tunefarm:wl:*:records"))
-        if measured >= 4:
+        if measured >= TRIALS:
             break
         assert job.poll() is None, job.communicate()[1][-3000:]
         assert time.monotonic() < deadline, "nothing measured"
@@ -123,7 +126,7 @@ def test_a_job_survives_the_primary_killed_mid_job(sentinel_lab, example_models:
     for key, cands in before.items():  # every record stored before the kill is still there
         assert cands <= set(now.hkeys(key)), key
     summary = json.loads((out / "summary.json").read_text())
-    assert all(t["trials_measured"] + t["trials_from_store"] >= 8 or t["single_schedule"]
+    assert all(t["trials_measured"] + t["trials_from_store"] >= TRIALS or t["single_schedule"]
                for t in summary["tasks"]), summary["tasks"]
     counts = now.hgetall(keys.job_counts(summary["job_id"]))
     assert sum(int(v) for f, v in counts.items() if f.endswith("|duplicates")) == 0, counts
