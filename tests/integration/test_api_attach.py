@@ -64,9 +64,11 @@ def job_state(redis_url: str, job_id: str) -> str | None:
 def test_a_job_is_attached_by_id_listed_cancelled_and_resumed(lab, tmp_path, monkeypatch):
     monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
     model = tiny_model(tmp_path / "attach.pt2", width=23)
-    # far more trials than the test waits for: the job is running when it is cancelled
+    # far more trials than the test waits for: the job is running when it is cancelled; in
+    # short rounds (the lab's), as a round that has started runs to its end
     submitted = farm.Farm(broker=lab["redis"]).submit(model, out=tmp_path / "out",
-                                                      trials_per_task=400, wait=False)
+                                                      trials_per_task=400, wait=False,
+                                                      round_trials=2)
     assert submitted.summary is None
 
     fresh = farm.Farm(broker=lab["redis"])  # another process's view: only the id is shared
