@@ -55,6 +55,8 @@ def running_in_pool(farm, store, trials: int) -> bool:
 
 
 def test_pool_child_killed_mid_round(healthy, tmp_path):
+    trials = 12  # a task's: 3 rounds of FAULT_ENV's 4 trials
+
     def kill_pool_child():
         # a round in flight, not one just ended: a kill between two rounds was no fault
         # (0 retries: a clean-clone run of 2026-12-04, with rounds of one short batch). The
@@ -63,7 +65,7 @@ def test_pool_child_killed_mid_round(healthy, tmp_path):
 
         def stopped_mid_round() -> bool:
             pool = signal_pool(healthy.worker, signal.SIGSTOP)
-            if running_in_pool(healthy, store, 24):
+            if running_in_pool(healthy, store, trials):
                 return True
             signal_pool(healthy.worker, signal.SIGCONT, pool)
             return False
@@ -71,9 +73,9 @@ def test_pool_child_killed_mid_round(healthy, tmp_path):
         wait_until("a round running in a pool child", stopped_mid_round, 120, every_s=0.05)
         assert kill_pool(healthy.worker), "the worker has no pool child"
 
-    # 24 trials over rounds of 4 (FAULT_ENV): the job's rounds follow each other; a round
+    # 12 trials over rounds of 4 (FAULT_ENV): the job's rounds follow each other; a round
     # holding its lease counts, whether it waits for its slot or measures: it runs again
-    summary = run_through_fault(healthy, tmp_path, kill_pool_child, trials=24, width=52)
+    summary = run_through_fault(healthy, tmp_path, kill_pool_child, trials=trials, width=52)
     assert sum(t["retries"] for t in summary["tasks"]) >= 1, summary["tasks"]
 
 
