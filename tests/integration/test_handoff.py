@@ -34,7 +34,7 @@ min_repeat_ms = 20
 [farm]
 search_population = 128
 """
-TRIALS = 48  # one round of 3 batches per task: room to hand off after the first (or second)
+TRIALS = 64  # one round of 4 batches per task: room to hand off after the first
 HOST_A, HOST_B = "farm@hostA", "farm@hostB"
 
 
