@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: test-pythons bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: test-pythons bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model bench-learn venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,11 @@ bench-warm: venv
 # the mobile block (depthwise) tuned against it and against a fresh store, 64 trials per task
 bench-warm-model: venv
 	$(BIN)/python bench/warm_model.py --fill resnet,transformer --held-out mobile
+
+# issue 47: held-out models on a store of other models, of unrelated ones, and a fresh one,
+# against plain MetaSchedule (bench/learn.md; about an hour here)
+bench-learn: venv
+	$(BIN)/python bench/learn.py
 
 bench-rss: venv
 	$(BIN)/python bench/rss.py

@@ -40,6 +40,8 @@ from typing import Any
 from latency import latencies  # bench/: this script's folder
 from run import ROOT, farm_submit, plain_metaschedule, threads_env
 
+from farm.store.learned import model_key
+
 TRANSFER = re.compile(r"transfer: (\d+) of (\d+) relatives' best schedules applied")
 
 
@@ -81,6 +83,35 @@ def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Pat
             rows.append(job(model, trials, side, home, work / f"out-{side}-{model.stem}-{trials}",
                             work))
     return rows
+
+
+def heldout_table(home: Path) -> list[str]:
+    """The key's cost model of a farm home's store (after its fill): per operator family, its
+    held-out rank correlation (workers/round/heldout.py) and whether it ranks that family's
+    new workloads."""
+    from farm.core.config import load_config
+    from farm.local.embedded import embedded_store_url
+    from farm.store import open_store
+    from workers.round.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS
+
+    lines = ["| model key | version | trained on | family | held-out rank correlation | "
+             "held-out workloads | ranks new ones |", "|---|---|---|---|---|---|---|"]
+    with embedded_store_url(load_config(env={"FARM_HOME": str(home)})) as url:
+        store = open_store(url)
+        try:
+            mkeys = {key for wk in store.workload_keys()
+                     if (t := store.get_workload(wk)) is not None
+                     for key in [model_key(t.device_key, t.target)]}
+            for mkey in sorted(mkeys):
+                fields = store.cost_model(mkey)
+                for fam, (rho, n) in sorted(json.loads(fields.get("heldout") or "{}").items()):
+                    lines.append(f"| {mkey} | v{fields.get('version')} | "
+                                 f"{fields.get('trained_on')} records of "
+                                 f"{fields.get('workloads')} workloads | `{fam}` | {rho:.2f} | "
+                                 f"{int(n)} | {'yes' if rho >= MIN_HELDOUT_RHO and n >= MIN_HELDOUT_WORKLOADS else 'no'} |")
+        finally:
+            store.close()
+    return lines
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -126,7 +157,12 @@ def main() -> int:
     ap.add_argument("--plain-models", default="squeeze")
     ap.add_argument("--out", default=str(Path(__file__).with_name("learn.md")))
     ap.add_argument("--work", default="")
+    ap.add_argument("--heldout-of", default="",
+                    help="only print the key's cost model's held-out check of this farm home")
     args = ap.parse_args()
+    if args.heldout_of:
+        print("\n".join(heldout_table(Path(args.heldout_of))))
+        return 0
     work = Path(args.work or tempfile.mkdtemp(prefix="farm-learn-"))
     work.mkdir(parents=True, exist_ok=True)
     names = [n for group in (args.unrelated, args.fill, args.held_out) for n in group.split(",")
@@ -148,9 +184,11 @@ def main() -> int:
                          work / f"fill-{name}", work))
     stores = {"warm": home, **stores}
     fill_s = time.monotonic() - t0
+    checked = heldout_table(home)
+    print("\n".join(checked), flush=True)
     budgets = [int(t) for t in args.trials.split(",")]
     results: dict[str, Any] = {"args": vars(args), "fill": fills, "fill_s": round(fill_s),
-                               "models": {}}
+                               "heldout": checked, "models": {}}
     for turn, name in enumerate(filter(None, args.held_out.split(","))):
         model = work / f"{name}.pt2"
         rows = held_out(model, budgets, stores, work, turn)
@@ -206,6 +244,8 @@ def report(results: dict[str, Any]) -> str:
                          f"({' / '.join(map(str, p['runs_us']))}) | | {p['wall_s']} | | "
                          f"{p['measured']} ({p['valid']} valid) | | |")
         lines.append(f"| {name} | | untuned | {m['untuned_us']} | | | | | | |")
+    lines += ["", "The warm store's cost model, checked on held-out workloads per operator family "
+              "(workers/round/heldout.py):", "", *results["heldout"]]
     lines += ["", "Targets (issue 47), per model:", ""]
     lines += [f"- {v}" for m in results["models"].values() for v in m["verdicts"]]
     return "\n".join(lines) + "\n"

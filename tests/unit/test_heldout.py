@@ -91,6 +91,9 @@ def test_a_family_whose_law_holds_is_ranked_and_one_whose_halves_disagree_is_not
     assert model.ranks("steady")[0] and not model.ranks("split")[0]
     assert not model.ranks("never-seen")[0]  # no held-out workload: not checked, not used
     assert f"< {MIN_HELDOUT_RHO}" in model.ranks("split")[1]
+    model.heldout["one"] = [0.9, 1]  # one held-out workload is too few to be a check
+    assert not model.ranks("one")[0] and "not a check" in model.ranks("one")[1]
+    del model.heldout["one"]
 
 
 def test_a_round_ranks_with_the_key_model_only_for_a_family_it_earned(trained):

@@ -42,7 +42,7 @@ from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
 from workers.round.database import tuning_record
-from workers.round.heldout import MIN_HELDOUT_RHO, folds, heldout
+from workers.round.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
 from workers.round.samples import cost_of, decode, featurize_missing, learnable, pick
 from workers.round.transfer import families_of, relatives_in_store, task_family
 
@@ -101,6 +101,9 @@ class KeyModel:
         if family not in self.heldout:
             return False, f"no held-out workload of its family ({family}) to check it on"
         rho, n = self.heldout[family]
+        if n < MIN_HELDOUT_WORKLOADS:
+            return False, (f"rank correlation {rho:.2f} on {int(n)} held-out workload of its "
+                           f"family (fewer than {MIN_HELDOUT_WORKLOADS}: not a check)")
         verdict = rho >= MIN_HELDOUT_RHO
         return verdict, (f"rank correlation {rho:.2f} on {int(n)} held-out workloads of its "
                          f"family ({'>=' if verdict else '<'} {MIN_HELDOUT_RHO})")

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 # model ranks at random before its warm-up (rank correlation 0; random scores over n
 # workloads of ~32 records have a mean of sd ~0.18/sqrt(n))
 MIN_HELDOUT_RHO = 0.2
+# ... on at least this many held-out workloads of the family (one workload's correlation is
+# too noisy a check: 0.68 on one layer norm, bench/learn.md)
+MIN_HELDOUT_WORKLOADS = 2
 HELDOUT_MIN_RECORDS = 8  # records of a held-out workload before its rank correlation counts
 
 
