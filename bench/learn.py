@@ -105,10 +105,12 @@ def heldout_table(home: Path) -> list[str]:
             for mkey in sorted(mkeys):
                 fields = store.cost_model(mkey)
                 for fam, (rho, n) in sorted(json.loads(fields.get("heldout") or "{}").items()):
+                    cell = fam.replace("|", "\\|")  # a table cell
+                    ranks = rho >= MIN_HELDOUT_RHO and n >= MIN_HELDOUT_WORKLOADS
                     lines.append(f"| {mkey} | v{fields.get('version')} | "
                                  f"{fields.get('trained_on')} records of "
-                                 f"{fields.get('workloads')} workloads | `{fam}` | {rho:.2f} | "
-                                 f"{int(n)} | {'yes' if rho >= MIN_HELDOUT_RHO and n >= MIN_HELDOUT_WORKLOADS else 'no'} |")
+                                 f"{fields.get('workloads')} workloads | `{cell}` | {rho:.2f} | "
+                                 f"{int(n)} | {'yes' if ranks else 'no'} |")
         finally:
             store.close()
     return lines
