@@ -235,8 +235,10 @@ def test_a_seeded_round_runs_to_its_budget_with_its_seeds_checked_against_the_re
     # the seeds, measured first, fit this shape and ran: the round's best is no worse than the
     # best of its seeds, and the seeds were checked (a checked candidate is valid or failed)
     assert len(recs) == 8 and sum(r.valid for r in recs[:4]) >= 3, recs[:4]
-    # their records say where they came from; the search's say "job"
-    assert [r.source.split(":")[0] for r in recs] == ["transfer"] * 4 + ["job"] * 4, recs
+    # their records say where they came from; the search's say "job". The first batch: TVM's
+    # default schedule (the search's, "job") and the 4 seeds; then the search's 3
+    assert sorted(r.source.split(":")[0] for r in recs[:5]) == ["job"] + ["transfer"] * 4, recs
+    assert [r.source for r in recs[5:]] == ["job"] * 3, recs
 
 
 def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_store):
