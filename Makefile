@@ -26,8 +26,9 @@ demo: venv examples/resnet.pt2
 # Debian packages some tests need: Chromium (the report is rendered in a real browser), the
 # compose client (docker-compose.yml is checked with it), and for the emulated arm64 phone,
 # qemu user mode and the aarch64 cross compiler (with its C library); Prometheus (`farm up
-# --prometheus-port` is checked scraping a real worker).
-SYSTEM_TOOLS = chromium:chromium docker-compose:docker-compose \
+# --prometheus-port` is checked scraping a real worker); and Redis's server, which every
+# integration test starts a private one of.
+SYSTEM_TOOLS = redis-server:redis-server chromium:chromium docker-compose:docker-compose \
 	qemu-aarch64-static:qemu-user-static \
 	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu \
 	prometheus:prometheus

