@@ -33,9 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 
 def rank_correlation(scores: np.ndarray, run_us: np.ndarray) -> float:
-    pred = np.argsort(np.argsort(-scores))  # a score: higher is faster
-    true = np.argsort(np.argsort(run_us))
-    return float(np.corrcoef(pred, true)[0, 1])
+    """The held-out check's rank correlation (workers/round/heldout.py), of scores (higher:
+    faster) with run times (lower: faster)."""
+    from workers.round.heldout import rank_correlation as spearman
+
+    return spearman(-np.asarray(scores), np.asarray(run_us))
 
 
 def top_quarter(scores: np.ndarray, run_us: np.ndarray) -> float:

@@ -9,8 +9,9 @@ block's structure, farm/tir/family.py: a dense layer of other widths with or wit
 and activation, a convolution of other channels and kernel size; never another family, and
 never by the task's name), the closest in FLOPs first. The new workload's own design spaces
 (MetaSchedule's schedule rules on its blocks) are sampled with the decisions of a relative's
-best trace where they fit: a relative that tiles as many loops as deep gives its tile sizes, fitted to the new loop extents (each `SamplePerfectTile` keeps the
-inner factors that divide the new extent, nearest below, the outermost takes the rest), and
+best trace where they fit: a relative that tiles as many loops as deep gives its tile sizes,
+fitted to the new loop extents (each `SamplePerfectTile` keeps the inner factors that divide
+the new extent, nearest below, the outermost takes the rest), and
 its unrolling and other choices where both traces make as many. A relative whose decisions
 do not fit is skipped; what fits is checked by the target's postprocessors, as every sampled
 schedule is, and measured and checked against the reference kernel like any candidate. This is transfer
@@ -19,10 +20,11 @@ tuning (Gibson & Cano, 2022): schedules reused across operators, no model in bet
 The round measures them first, as its own batch (up to `transfer_seeds`; 0: never); they
 are new candidates of the workload and count against its trials (a round of 4 trials with
 relatives is transfer alone: no search). The evolutionary search then starts from the
-store's best of the workload, which now includes them. (It crashed on seeded rounds once,
-"old_outputs.size() == new_outputs.size()", when a relative's compute locations were
-replayed: only tiles and unrolling are now.) A store of unrelated models gives a new
-workload no relative, and its round is a fresh farm's.
+store's best of the workload, which now includes them. (It failed seeded rounds before,
+"old_outputs.size() == new_outputs.size()": a seed's postprocessing was not marked with
+`enter_postproc`, so the search's mutations replayed the postprocessors' splits as schedule
+instructions; see `replay` and workers/round/database.py `replays`.) A store of unrelated
+models gives a new workload no relative, and its round is a fresh farm's.
 """
 
 from __future__ import annotations
