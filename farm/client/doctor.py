@@ -219,6 +219,28 @@ def check_phone_cpu(tracker: str, profile: DeviceProfile,
     return f"{name}; {fits}"
 
 
+def check_phone_gpu(tracker: str, profile: DeviceProfile) -> str:
+    """The GPU limits of the phone the tracker hands out against what the profile claims
+    (fails naming both numbers when it claims more), and which GPU profile it fits."""
+    from farm.devices import opencl
+
+    kind = str(profile.target.get("kind"))
+    limits, name = opencl.limits_of_key(tracker, profile.key, profile.target, timeout_s=60)
+    said = ", ".join(f"{k} {v}" for k, v in limits.items())
+    over = opencl.over_limits(profile.target, limits)
+    if over:
+        raise RuntimeError(f"profile {profile.key} claims more than the phone's {kind} device "
+                           f"{name!r} has: {'; '.join(over)}; a candidate over them fails on "
+                           f"the phone (CL_INVALID_WORK_GROUP_SIZE, CL_OUT_OF_RESOURCES)")
+    fits = opencl.gpu_profile_of(name)
+    taken = [k for k in ("max_threads_per_block", "max_shared_memory_per_block")
+             if k not in profile.target]
+    return (f"{kind} device {name!r}: {said}"
+            + (f"; the profile takes the phone's {' and '.join(taken)}" if taken else
+               "; the profile's limits are within them")
+            + (f"; a phone GPU of profile {fits}" if fits else ""))
+
+
 def check_candidate(tracker: str, profile: DeviceProfile) -> str:
     """One real candidate through the whole path of a round (farm/devices/probe.py)."""
     from farm.devices.probe import probe_phone
@@ -256,8 +278,14 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
         if checks[-1].ok:  # the whole path first: a phone that fails it fails every job
             checks.append(_run("a candidate on a phone", lambda: check_candidate(tracker, profile),
                                "the phone's own error is above; see README: real phones"))
-            checks.append(_run("the phone's CPU",
-                               lambda: check_phone_cpu(tracker, profile, config.profiles),
-                               f"use the device key of a profile made for that CPU, or set "
-                               f"[profiles.{device_key}] target.mcpu to it in farm.toml"))
+            if profile.target.get("kind") != "llvm":
+                checks.append(_run("the phone's GPU", lambda: check_phone_gpu(tracker, profile),
+                                   f"lower the limits in [profiles.{device_key}] target of "
+                                   f"farm.toml to the phone's, or leave them out to take the "
+                                   f"phone's"))
+            else:
+                checks.append(_run("the phone's CPU",
+                                   lambda: check_phone_cpu(tracker, profile, config.profiles),
+                                   f"use the device key of a profile made for that CPU, or set "
+                                   f"[profiles.{device_key}] target.mcpu to it in farm.toml"))
     return checks

@@ -37,6 +37,8 @@ class FarmConfig:
     device_key: str = "cpu-local"
     phones: int = 2  # emulated phones of the embedded default
     phone_delay_s: float = 0.0  # added by each emulated phone to every measurement (benchmarks)
+    # an emulated OpenCL phone's largest work-group (pocl's POCL_MAX_WORK_GROUP_SIZE); 0: pocl's
+    phone_work_group: int = 0
     round_trials: int = 32  # trials in one Celery message (one round)
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
@@ -107,6 +109,11 @@ class FarmConfig:
         return self.arm64_root if self.arm64_root is not None else self.home / "arm64-sim"
 
     @property
+    def opencl_dir(self) -> Path:
+        """Where TVM's OpenCL runtime for phones is built, once (farm/devices/opencl.py)."""
+        return self.home / "opencl"
+
+    @property
     def archive_url(self) -> str:
         """Where whole records that left Redis are kept (farm/store/cold.py)."""
         return self.archive or str(self.home / "archive")
@@ -130,7 +137,7 @@ class FarmConfig:
         if self.hot_records > 4096:  # the commit script reads the K entries in one call
             raise bad("hot_records", "must be at most 4096")
         for name, zero in (("worker_concurrency", "automatic"), ("search_cores", "automatic"),
-                           ("transfer_seeds", "never")):
+                           ("transfer_seeds", "never"), ("phone_work_group", "pocl's own")):
             if getattr(self, name) < 0:
                 raise bad(name, f"must be >= 0 (0: {zero})")
         if not 0 <= self.metrics_port < 65536:
@@ -258,6 +265,7 @@ _ENV = {
     "device_key": "FARM_DEVICE_KEY",
     "phones": "FARM_PHONES",
     "phone_delay_s": "FARM_PHONE_DELAY_S",
+    "phone_work_group": "FARM_PHONE_WORK_GROUP",
     "round_trials": "FARM_ROUND_TRIALS",
     "build_timeout_s": "FARM_BUILD_TIMEOUT_S",
     "run_timeout_s": "FARM_RUN_TIMEOUT_S",

@@ -41,8 +41,14 @@ class DeviceProfile:
     def on_cpu(self, cpu: str) -> DeviceProfile:
         """This profile for CPU `cpu` (LLVM's name, e.g. znver3 or icelake-server): with
         `host_cpu`, an LLVM target without mcpu gets it; otherwise unchanged."""
-        if (not self.host_cpu or not cpu or self.target.get("kind") != "llvm"
-                or "mcpu" in self.target):
+        if not self.host_cpu or not cpu:
+            return self
+        if self.target.get("kind") == "opencl":  # the phone's CPU runs the host code
+            host = self.target.get("host") or {"kind": "llvm"}
+            if isinstance(host, dict) and host.get("kind") == "llvm" and "mcpu" not in host:
+                return replace(self, target={**self.target, "host": {**host, "mcpu": cpu}})
+            return self
+        if self.target.get("kind") != "llvm" or "mcpu" in self.target:
             return self
         return replace(self, target={**self.target, "mcpu": cpu})
 
@@ -113,14 +119,48 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
               "has no OpenCL runtime: only phones whose TVM RPC app is built with OpenCL can "
               "run it (not the embedded farm's emulated phones).",
     ),
+    # phone GPUs through OpenCL: the limits are their vendors' (clinfo's work-group size and
+    # local memory); `farm doctor` reads the phone's own and refuses a profile that claims more
+    **{f"android-{gpu}": DeviceProfile(
+        key=f"android-{gpu}",
+        target={"kind": "opencl", "device": device, "max_threads_per_block": threads,
+                "max_num_threads": threads, "max_shared_memory_per_block": local,
+                "thread_warp_size": 1,
+                "host": {"kind": "llvm", "mtriple": "aarch64-linux-android", "mattr": ["+neon"]}},
+        export="cross",
+        cc="$TVM_NDK_CC",
+        threads=1,
+        notes=f"{name} through OpenCL ({phones}): the TVM RPC app built with OpenCL (README: "
+              f"phone GPUs); set TVM_NDK_CC to the NDK clang++.",
+    ) for gpu, device, threads, local, name, phones in (
+        ("mali-bifrost", "mali", 384, 32768, "An Arm Mali Bifrost GPU (G52, G72, G76)",
+         "e.g. Kirin 980, Exynos 9820, Helio P90"),
+        ("mali-valhall", "mali", 512, 32768, "An Arm Mali Valhall GPU (G57, G77, G78, G710)",
+         "e.g. Dimensity 1200, Exynos 2100, Google Tensor"),
+        ("adreno-6xx", "adreno", 1024, 32768, "A Qualcomm Adreno 6xx GPU (618, 640, 650, 660)",
+         "e.g. Snapdragon 730, 855, 865, 888"),
+        ("adreno-7xx", "adreno", 1024, 32768, "A Qualcomm Adreno 7xx GPU (730, 740, 750)",
+         "e.g. Snapdragon 8 Gen 1, 2, 3"),
+    )},
+    "opencl-local": DeviceProfile(
+        key="opencl-local",
+        target={"kind": "opencl", "host": {"kind": "llvm"}},
+        host_cpu=True,
+        notes="This machine's OpenCL device (pocl's CPU device where there is no GPU) on "
+              "emulated phones with TVM's OpenCL runtime (`farm phones --opencl`; built from "
+              "TVM_SOURCE); the limits are the phone's own, read when the farm starts.",
+    ),
     "arm64-sim": DeviceProfile(
         key="arm64-sim",
         target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
         export="cross",
         cc="aarch64-linux-gnu-g++",
         threads=1,
-        number=1,
-        min_repeat_ms=0,  # under qemu the timings rank nothing real; keep its rounds short
+        # under qemu the timings rank qemu's speed, not a real core's; a measurement is still
+        # a few runs of at least 20 ms: with one run (number=1, min_repeat_ms=0) a lucky
+        # sample won the round and the tuned model timed slower than the untuned one (CI)
+        number=3,
+        min_repeat_ms=20,
         emulate="arm64",
         notes="An emulated arm64 phone: aarch64 TVM under qemu user mode on this machine "
               "(`farm phones --arch arm64`); cross-compiled like an NDK profile.",

@@ -62,7 +62,7 @@ def check_tools() -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # one set-up at a time; the others wait and reuse it
@@ -94,7 +94,7 @@ def prepare(base: Path) -> Path:
     check_tools()
     phone, stamp, log_file = base / "phone", base / "ready-native-v1", base / "setup.log"
     want = wanted()
-    with _locked(base / "setup.lock"):
+    with locked(base / "setup.lock"):
         if stamp.is_file() and stamp.read_text().split() == want:
             return phone / "tvm_rpc"
         log.warning("arm64-sim: making the emulated arm64 phone in %s (once)", phone)

@@ -88,7 +88,24 @@ def build_reference(mod: IRModule, target: Target, profile: DeviceProfile, work_
 
     import tvm
 
+    if target.kind.name != "llvm":
+        mod = gpu_default_schedule(mod, target)
     lib = tvm.compile(mod, target=target)
     path = os.path.join(work_dir, f"reference-{uuid.uuid4().hex[:8]}.so")
     lib.export_library(path, fcompile=fcompile(profile))
     return path
+
+
+def gpu_default_schedule(mod: IRModule, target: Target) -> IRModule:
+    """`mod` with TVM's default GPU schedules (the dlight rules of its GPU pipeline, what an
+    untuned model gets): every block bound to blocks and threads within the target's limits.
+    Unscheduled, a GPU target's kernel is compiled as host code that writes through the
+    device's buffer handles as if they were host memory: on an OpenCL phone that corrupted
+    the session's heap (a segfault while the reference ran)."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)  # the pass writes into it
+    with target:
+        return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                       dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)

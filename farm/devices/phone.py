@@ -17,6 +17,7 @@ should connect to (`advertised_address`); the tracker hands that address to ever
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import socket
 import time
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--advertise", help="the address workers connect to (default --host)")
     p.add_argument("--cpu", default="", help="LLVM's name of this CPU, for `farm doctor`")
     p.add_argument("--triple", default="", help="this machine's target triple, for `farm doctor`")
+    p.add_argument("--opencl", metavar="LIB", help="TVM's OpenCL runtime (a sidecar library, "
+                                                   "farm/devices/opencl.py) to load")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
     from farm.devices.rpcd import describe, serve_phone
@@ -111,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             describe(args.cpu, args.triple)
         if args.delay_s > 0:
             _slow_sessions(args.delay_s)
+        if args.opencl:  # registers the opencl device; OpenCL starts in each session, not here
+            import tvm  # noqa: F401 - loads libtvm_runtime.so, which the sidecar links to
+
+            ctypes.CDLL(args.opencl, ctypes.RTLD_LOCAL)
 
     serve_phone(args.host, args.port, args.port_end, args.key, parse_addr(args.tracker),
                 custom_addr=advertised_address(args.host, args.advertise, args.tracker),

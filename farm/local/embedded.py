@@ -223,13 +223,14 @@ def embedded_store_url(config: FarmConfig) -> Iterator[str]:
 
 @contextlib.contextmanager
 def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "",
-                  wait: bool = True) -> Iterator[EmbeddedFarm]:
-    """The embedded farm, its services started. With `wait`, its phones have registered when it
-    is yielded; without, they may still be starting (call its `phones_ready` before use): the
+                  wait: bool = True, opencl: bool = False) -> Iterator[EmbeddedFarm]:
+    """The embedded farm, its services started (with `opencl`, its phones have an OpenCL
+    device: farm/devices/opencl.py). With `wait`, its phones have registered when it is
+    yielded; without, they may still be starting (call its `phones_ready` before use): the
     client reads the model meanwhile."""
     home = Path(config.home)
     with _home_lock(home, _farm_lock(home)) as log_dir, \
-            _services(config, home, log_dir, threads, arch) as farm:
+            _services(config, home, log_dir, threads, arch, opencl) as farm:
         if wait:
             farm.phones_ready()
         yield farm
@@ -237,7 +238,7 @@ def embedded_farm(config: FarmConfig, threads: int = 1, arch: str = "",
 
 @contextlib.contextmanager
 def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
-              arch: str = "") -> Iterator[EmbeddedFarm]:
+              arch: str = "", opencl: bool = False) -> Iterator[EmbeddedFarm]:
     """Redis, the tracker, the phones and the worker, started at once: the worker serves the
     profile's key (`--keys`), so it warms up while the phones register (an emulated phone
     imports TVM first: ~2 s here, 10-60 s under qemu)."""
@@ -260,7 +261,8 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
                                       log_dir, services.PhoneOptions(
                                           threads=threads, arch=arch,
                                           delay_s=config.phone_delay_s,
-                                          port=services.free_port()), config)
+                                          port=services.free_port(), opencl=opencl,
+                                          work_group=config.phone_work_group), config)
             group.add(phone()).restart = phone  # a phone that dies is started again, same port
         worker = functools.partial(services.start_worker, tracker, url, log_dir,
                                    env=config_env(config), extra=["--keys", config.device_key])

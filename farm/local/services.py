@@ -250,7 +250,11 @@ class PhoneOptions:
     - `advertise`: the address workers connect to (None: `host`; see
       farm.devices.phone.advertised_address: one no worker could reach is a UsageError);
     - `port`: it listens there (a restarted phone keeps its address, so its accounting does)
-      unless that port stays taken for 5 s; None: a free port.
+      unless that port stays taken for 5 s; None: a free port;
+    - `opencl`: it has an OpenCL device (TVM's OpenCL runtime, farm/devices/opencl.py; this
+      machine's OpenCL platform, pocl's CPU device where there is no GPU);
+    - `work_group`: with `opencl`, pocl's largest work-group (POCL_MAX_WORK_GROUP_SIZE: a
+      phone GPU's limit, e.g. 256 or 384); 0 leaves pocl's own.
     """
 
     threads: int = 1
@@ -259,6 +263,8 @@ class PhoneOptions:
     host: str = LOOPBACK
     advertise: str | None = None
     port: int | None = None
+    opencl: bool = False
+    work_group: int = 0
 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path,
@@ -279,6 +285,15 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), **RUNTIME_ONLY}
     if arch and arch != "arm64":
         raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
+    opencl: list[str] = []
+    keep: tuple[Path, ...] = ()
+    cl_env: dict[str, str] = {}
+    if options.opencl:
+        from farm.devices import opencl as ocl
+
+        lib = ocl.sidecar(config.opencl_dir, arch, arm64_dir=config.arm64_dir)
+        opencl, keep = ["--opencl", str(lib)], (lib.parent,)
+        cl_env = ocl.phone_env(options.work_group)
     if arch:
         if delay_s > 0:
             raise UsageError("phone_delay_s is for emulated phones of this machine's "
@@ -289,17 +304,18 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
         return start(f"phone-{key}-{index}",
                      [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                      *(["--custom-addr", addr] if addr else [])],
-                     log_dir, arm64sim.phone_env(threads), inherit=False,
-                     confine=Confinement((config.home,), (config.arm64_dir,)))
+                      *(["--custom-addr", addr] if addr else []), *opencl],
+                     log_dir, {**arm64sim.phone_env(threads), **cl_env}, inherit=False,
+                     confine=Confinement((config.home,), (config.arm64_dir, *keep)))
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1),
                   "--cpu", cpu, "--triple", triple,
                   *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
-                  *(["--advertise", addr] if addr else [])],
-                 log_dir, env, inherit=False, confine=Confinement((config.home,)))
+                  *(["--advertise", addr] if addr else []), *opencl],
+                 log_dir, {**env, **cl_env}, inherit=False,
+                 confine=Confinement((config.home,), keep))
 
 
 @functools.cache

@@ -60,12 +60,28 @@ def build(fused: IRModule, target: Target, database: TVMDatabase | None) -> Runt
     def lower(mod: IRModule, _ctx: object) -> IRModule:
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
-        passes = _lower_passes(target)
+        passes = _default_schedule(target) + _lower_passes(target)
         return tvm.transform.Sequential(passes)(mod)
 
     with target, (database if database is not None else contextlib.nullcontext()), \
             tvm.transform.PassContext(opt_level=3):
         return relax.build(fused, target=target, relax_pipeline=lower)
+
+
+def _default_schedule(target: Target) -> list[Callable[[IRModule], IRModule]]:
+    """On a GPU, TVM's default schedules (farm/devices/cross.py) for every function the log
+    gave none (all of them when untuned). None on a CPU."""
+    if target.kind.name == "llvm":
+        return []
+    from farm.devices.cross import gpu_default_schedule
+
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0)
+    def default_schedule(mod: IRModule, _ctx: object) -> IRModule:
+        return gpu_default_schedule(mod, target)
+
+    return [default_schedule]
 
 
 def _lower_passes(target: Target) -> list[Callable[[IRModule], IRModule]]:
@@ -102,8 +118,10 @@ def _flatten(out: object) -> list[np.ndarray]:
 
 
 @contextlib.contextmanager
-def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
-    """(remote, device) on a phone of `key` via the tracker, or this machine's CPU."""
+def device_session(tracker: str | None, key: str, timeout_s: float = 120.0,
+                   device_type: str = "cpu"):
+    """(remote, device) on a phone of `key` via the tracker (its `device_type`: "cpu",
+    "opencl"), or this machine's CPU."""
     import tvm
 
     if tracker is None:
@@ -114,7 +132,7 @@ def device_session(tracker: str | None, key: str, timeout_s: float = 120.0):
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"cannot get a phone of key {key} to run the model: {e}",
                            subject=f"tracker {tracker}") from e
-    yield remote, remote.cpu(0)
+    yield remote, remote.device(device_type, 0)
 
 
 def _loaded(lib_path: Path, remote: RPCSession | None, dev: Device,
@@ -249,7 +267,8 @@ def compile_and_check(check: ModelCheck) -> CompileResult:
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"cannot export the library (is the compiler installed?): {e}",
                            subject=str(lib)) from e
-    with device_session(check.tracker, check.device_key) as (remote, dev):
+    with device_session(check.tracker, check.device_key,
+                        device_type=target.get_target_device_type()) as (remote, dev):
         (outs, tuned_us), (untuned_outs, untuned_us) = time_side_by_side(
             [lib, untuned_lib], remote, dev, check.inputs, check.repeat, check.number)
     untuned_lib.unlink(missing_ok=True)

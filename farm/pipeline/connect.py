@@ -45,7 +45,7 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
     profile = resolve_profile(config.device_key, config.profiles)
     check_embedded(profile)
     with embedded_farm(config, threads=profile.threads, arch=profile.emulate,
-                       wait=False) as farm:
+                       wait=False, opencl=profile.target.get("kind") == "opencl") as farm:
         cfg = replace(config, broker_url=farm.broker_url)
         store = configured_store(cfg)
         store.ping()

@@ -77,10 +77,12 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
     preflight(opts, config, report)  # bad input fails here: nothing started, nothing written
     # a lab farm: read the model before dispatching. The embedded farm starts first, so
     # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
-    prep = prepare(sub) if config.broker_url else None
+    prep = prepare(sub, opts.tracker) if config.broker_url else None
     with connect(config, opts.tracker, opts.wait_for_devices_s) as farm:
         if prep is None:  # the embedded farm's phones register meanwhile
-            prep = prepare(sub)
+            if needs_a_phone(config):  # ... unless a phone must tell the GPU's limits first
+                farm.ready()
+            prep = prepare(sub, farm.tracker)
         farm.ready()
         job = dispatch_job(farm, sub, prep, resume)
         if not opts.wait:  # a lab farm (preflight refuses --no-wait on an embedded one)
@@ -97,11 +99,28 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
             raise
 
 
-def prepare(sub: Submission) -> Prepared:
+def needs_a_phone(config: FarmConfig) -> bool:
+    """The profile is a GPU's that leaves out limits a phone must tell (`prepare`)."""
+    from farm.devices.opencl import LIMITS, is_gpu
+
+    target = resolve_profile(config.device_key, config.profiles).target
+    return is_gpu(target) and any(n not in target for n in LIMITS if n != "thread_warp_size")
+
+
+def prepare(sub: Submission, tracker: str | None = None) -> Prepared:
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
-    contacted; for the embedded one while its worker warms up (see `submit`)."""
+    contacted; for the embedded one while its worker warms up (see `submit`). A GPU profile
+    that leaves out its limits takes them from a phone of `tracker`."""
+    from farm.devices.opencl import fill_limits
+
     opts, report = sub.opts, sub.report
     profile = tuned_profile(sub.config, report, opts.target_cpu)
+    target = fill_limits(profile.target, profile.key, tracker)
+    if target != profile.target:
+        profile = replace(profile, target=target)
+        report(f"device key {profile.key}: the GPU's limits read from a phone: "
+               + ", ".join(f"{k} {target[k]}" for k in ("max_threads_per_block",
+                                                         "max_shared_memory_per_block")))
     # in a child process that holds no secret of the farm (farm/pipeline/reader.py)
     bundle = load_apart(opts.model, ingest_stage.parse_shapes(opts.input_shape), opts.dtype,
                         opts.allow_pickle, threads=profile.threads, hide=[sub.config.home])
@@ -313,7 +332,7 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
             # the job's own device key (its profile); the rest of the config as it is here
             sub = Submission(opts, replace(config, device_key=job.device_key), report,
                              view=view, t0=t0)
-            prep = prepare(sub)
+            prep = prepare(sub, opts.tracker)
             check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, sub)
         wait_for_job(farm, job, report, timeout_s, view=view)

@@ -134,6 +134,8 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
         return
     if opts.tracker:
         check_tracker(opts.tracker, profile.key, opts.wait_for_devices_s)
+    else:
+        check_runs_here(profile)
     store = configured_store(config)
     try:
         store.ping()
@@ -161,23 +163,57 @@ def check_target(profile: DeviceProfile) -> None:
 
 
 def check_embedded(profile: DeviceProfile) -> None:
-    """Refuse, with the reason, a profile the embedded farm's emulated phones cannot run."""
+    """Refuse, with the reason, a profile the embedded farm's emulated phones cannot run: they
+    are this machine's CPU (or an arm64 one under qemu), and with an OpenCL profile this
+    machine's OpenCL device (pocl's CPU device where there is no GPU)."""
     import platform
 
-    if profile.target.get("kind") != "llvm":
-        raise UsageError(f"the embedded farm's phones are CPUs; profile {profile.key} targets "
-                         f"{profile.target.get('kind')} (the PyPI TVM build has no OpenCL or "
-                         f"GPU runtime)", subject=f"device key {profile.key}",
+    kind = profile.target.get("kind")
+    if kind not in ("llvm", "opencl"):
+        raise UsageError(f"the embedded farm's phones are CPUs or OpenCL devices; profile "
+                         f"{profile.key} targets {kind}", subject=f"device key {profile.key}",
                          hint="submit to a lab farm whose phones run a TVM RPC app built with "
                               "it (FARM_BROKER_URL)")
-    triple = str(profile.target.get("mtriple", ""))
+    host = profile.target if kind == "llvm" else profile.target.get("host") or {}
+    triple = str(host.get("mtriple", "")) if isinstance(host, dict) else ""
     emulated = {"arm64": "aarch64"}.get(profile.emulate, platform.machine())
     if triple and not triple.startswith(emulated):
         raise UsageError(f"the embedded farm emulates phones of this {emulated} CPU, "
                          f"but profile {profile.key} targets {triple}",
                          subject=f"device key {profile.key}",
                          hint="submit to a lab farm with phones of that key (FARM_BROKER_URL), "
-                              "or use --device-key arm64-sim for an emulated arm64 phone")
+                              "or use --device-key arm64-sim for an emulated arm64 phone" +
+                              (", or opencl-local for this machine's OpenCL device"
+                               if kind == "opencl" else ""))
+    if kind == "opencl":
+        from farm.devices import opencl
+
+        if profile.emulate:
+            raise UsageError("the embedded farm's OpenCL phones run on this machine, not under "
+                             "qemu", subject=f"device key {profile.key}",
+                             hint="drop emulate from the profile")
+        missing = opencl.missing_packages()
+        if missing:
+            raise UsageError(f"the embedded farm's OpenCL phones need {', '.join(missing)}",
+                             subject=f"device key {profile.key}",
+                             hint=f"apt-get install {' '.join(missing)} (or `make system-deps` "
+                                  "as root)")
+        opencl.source_tree()  # where TVM's OpenCL runtime is built from, or why there is none
+
+
+def check_runs_here(profile: DeviceProfile) -> None:
+    """A lab job without --tracker times its tuned model on this machine's CPU: refuse a
+    profile whose code cannot run here (a GPU, another architecture) before it tunes."""
+    import platform
+
+    kind = profile.target.get("kind")
+    triple = str(profile.target.get("mtriple", "")) if kind == "llvm" else ""
+    if kind != "llvm" or (triple and not triple.startswith(platform.machine())):
+        raise UsageError(f"profile {profile.key} targets {triple or kind}: its tuned model runs "
+                         f"on a phone of the key, not on this machine",
+                         subject=f"device key {profile.key}",
+                         hint=f"pass --tracker HOST:PORT, the tracker of a worker host with "
+                              f"phones of key {profile.key}")
 
 
 def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
