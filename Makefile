@@ -27,14 +27,20 @@ demo: venv examples/resnet.pt2
 # compose client (docker-compose.yml is checked with it), and for the emulated arm64 phone,
 # qemu user mode and the aarch64 cross compiler (with its C library); Prometheus (`farm up
 # --prometheus-port` is checked scraping a real worker); and Redis's server, which every
-# integration test starts a private one of.
+# integration test starts a private one of; for the OpenCL phones, the OpenCL headers and ICD
+# loader (TVM's OpenCL runtime is built against them) and pocl (the CPU as an OpenCL device).
+# A program is looked up on PATH, a file by its path.
 SYSTEM_TOOLS = redis-server:redis-server chromium:chromium docker-compose:docker-compose \
 	qemu-aarch64-static:qemu-user-static \
 	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu \
-	prometheus:prometheus
+	prometheus:prometheus \
+	/usr/include/CL/cl.h:opencl-headers \
+	/usr/lib/x86_64-linux-gnu/libOpenCL.so:ocl-icd-opencl-dev \
+	/etc/OpenCL/vendors/pocl.icd:pocl-opencl-icd
 
 system-deps:
-	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || \
+	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -e $${pair%%:*} ] || \
+		command -v $${pair%%:*} >/dev/null || \
 		PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null || \
 		missing="$$missing $${pair##*:}"; done; \
 	if [ -n "$$missing" ]; then \

@@ -20,6 +20,20 @@ from tests.helpers import tidy_meta_schedule_loggers
 os.environ.setdefault("FARM_SEARCH_POPULATION", "64")
 # and measure on the emulated phones for 20 ms at least, not 100 (tests/farm.toml says why)
 os.environ.setdefault("FARM_CONFIG", str(Path(__file__).resolve().parent / "farm.toml"))
+# the OpenCL phones' runtime is built from TVM's sources the project is given beside it
+# (../shared/tvm-src: its README says which commit; farm/devices/opencl.py)
+_TVM_SRC = Path(__file__).resolve().parents[2] / "shared" / "tvm-src"
+if _TVM_SRC.is_dir():
+    os.environ.setdefault("TVM_SOURCE", str(_TVM_SRC))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def opencl_runtime_built_once(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TVM's OpenCL runtime for the OpenCL phones is built once per test run (about 10 s), in
+    the run's own folder, and every farm the tests start (they inherit the environment) uses
+    it."""
+    if "FARM_OPENCL_ROOT" not in os.environ:
+        os.environ["FARM_OPENCL_ROOT"] = str(tmp_path_factory.mktemp("opencl-runtime"))
 
 
 @pytest.fixture(scope="session")

@@ -218,6 +218,15 @@ def _lab_commands(sub: Commands) -> None:
                     help="arm64: a native aarch64 RPC server on TVM's runtime, under qemu user "
                          "mode (made once in $FARM_HOME/arm64-sim; needs qemu-user-static, "
                          "g++-aarch64-linux-gnu)")
+    ph.add_argument("--opencl", action="store_true",
+                    help="the phones have an OpenCL device: TVM's OpenCL runtime, built once "
+                         "from $TVM_SOURCE (a TVM checkout at the pinned version) into "
+                         "$FARM_HOME/opencl; this machine's OpenCL platform (pocl's CPU "
+                         "device where there is no GPU; needs opencl-headers, "
+                         "ocl-icd-opencl-dev, pocl-opencl-icd)")
+    ph.add_argument("--work-group", type=int, default=0, metavar="N",
+                    help="with --opencl on pocl: the device's largest work-group (a phone "
+                         "GPU's, e.g. 384 for a Mali Bifrost); default pocl's own")
     ph.set_defaults(func=cmd_phones)
 
 

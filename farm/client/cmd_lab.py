@@ -66,7 +66,9 @@ def cmd_phones(args: argparse.Namespace) -> int:
             group.add(services.start_phone(args.tracker, args.key, i, log_dir,
                                            services.PhoneOptions(
                                                threads=args.threads, arch=args.arch,
-                                               host=args.host, advertise=args.advertise),
+                                               host=args.host, advertise=args.advertise,
+                                               opencl=args.opencl,
+                                               work_group=args.work_group),
                                            config))
         from farm.devices.tracker import wait_for_phones
 

@@ -89,6 +89,7 @@ class FarmConfig:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)
+    opencl_root: Path | None = None  # TVM's OpenCL runtime for phones (default: home/opencl)
     # whole records a workload keeps in Redis (its fastest); every other one is in the
     # archive, a folder or fsspec URL (default: home/archive), kept this many days (0: always)
     hot_records: int = 32
@@ -111,7 +112,7 @@ class FarmConfig:
     @property
     def opencl_dir(self) -> Path:
         """Where TVM's OpenCL runtime for phones is built, once (farm/devices/opencl.py)."""
-        return self.home / "opencl"
+        return self.opencl_root if self.opencl_root is not None else self.home / "opencl"
 
     @property
     def archive_url(self) -> str:
@@ -290,6 +291,7 @@ _ENV = {
     "metrics_port": "FARM_METRICS_PORT",
     "metrics_host": "FARM_METRICS_HOST",
     "arm64_root": "FARM_ARM64_ROOT",
+    "opencl_root": "FARM_OPENCL_ROOT",
     "hot_records": "FARM_HOT_RECORDS",
     "archive": "FARM_ARCHIVE",
     "archive_retention_days": "FARM_ARCHIVE_RETENTION_DAYS",
@@ -304,7 +306,7 @@ _FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency"
 def _kind(name: str) -> str:
     """"int", "float", "path" or "str": what setting `name` holds."""
     kind = str({f.name: f.type for f in fields(FarmConfig)}[name])
-    if name in ("home", "arm64_root"):
+    if name in ("home", "arm64_root", "opencl_root"):
         return "path"
     if "int" in kind and "float" not in kind:
         return "int"

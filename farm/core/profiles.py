@@ -115,9 +115,9 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         export="cross",
         cc="$TVM_NDK_CC",
         threads=4,
-        notes="The phone's GPU through OpenCL. The PyPI TVM build generates OpenCL code but "
-              "has no OpenCL runtime: only phones whose TVM RPC app is built with OpenCL can "
-              "run it (not the embedded farm's emulated phones).",
+        notes="A phone's GPU of unknown make through OpenCL (TVM's default limits: `farm "
+              "doctor` compares them with the phone's); the TVM RPC app built with OpenCL "
+              "(README: phone GPUs).",
     ),
     # phone GPUs through OpenCL: the limits are their vendors' (clinfo's work-group size and
     # local memory); `farm doctor` reads the phone's own and refuses a profile that claims more

@@ -88,15 +88,21 @@ def build_reference(mod: IRModule, target: Target, profile: DeviceProfile, work_
 
     import tvm
 
-    if target.kind.name != "llvm":
-        mod = gpu_default_schedule(mod, target)
+    if target.kind.name != "llvm":  # within what every phone GPU runs, whatever the profile says
+        mod = gpu_default_schedule(mod, target, max_threads=REFERENCE_THREADS)
     lib = tvm.compile(mod, target=target)
     path = os.path.join(work_dir, f"reference-{uuid.uuid4().hex[:8]}.so")
     lib.export_library(path, fcompile=fcompile(profile))
     return path
 
 
-def gpu_default_schedule(mod: IRModule, target: Target) -> IRModule:
+# a GPU reference's largest work-group: a correctness oracle, not a speed baseline, it must run
+# on the phone even where a profile claims more than the phone has (Mali and Adreno run 256+)
+REFERENCE_THREADS = 64
+
+
+def gpu_default_schedule(mod: IRModule, target: Target,
+                         max_threads: int | None = None) -> IRModule:
     """`mod` with TVM's default GPU schedules (the dlight rules of its GPU pipeline, what an
     untuned model gets): every block bound to blocks and threads within the target's limits.
     Unscheduled, a GPU target's kernel is compiled as host code that writes through the
@@ -106,6 +112,26 @@ def gpu_default_schedule(mod: IRModule, target: Target) -> IRModule:
     from tvm.s_tir import dlight as dl
 
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)  # the pass writes into it
+    target = within_threads(target, max_threads)
     with target:
-        return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                       dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        return dl.ApplyDefaultSchedule(*gpu_default_rules())(mod)
+
+
+def within_threads(target: Target, max_threads: int | None) -> Target:
+    """`target` with at most `max_threads` threads a block (None: as it is)."""
+    import tvm
+
+    have = int(target.attrs.get("max_threads_per_block", 0))
+    if max_threads is None or 0 < have <= max_threads:
+        return target
+    return tvm.target.Target({**dict(target.export()), "max_threads_per_block": max_threads,
+                              "max_num_threads": max_threads})
+
+
+def gpu_default_rules() -> list[object]:
+    """The dlight rules TVM's generic GPU pipeline schedules an untuned model with, in its
+    order (tvm/relax/backend/gpu_generic/pipeline.py)."""
+    from tvm.s_tir import dlight as dl
+
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback()]

@@ -50,8 +50,11 @@ class CompileResult:
     notes: list[str] = field(default_factory=list)
 
 
-def build(fused: IRModule, target: Target, database: TVMDatabase | None) -> RuntimeModule:
-    """Build the fused Relax module, applying `database` when given."""
+def build(fused: IRModule, target: Target, database: TVMDatabase | None,
+          default_threads: int | None = None) -> RuntimeModule:
+    """Build the fused Relax module, applying `database` when given; on a GPU the functions
+    it gives no schedule get TVM's default ones, within `default_threads` a block when given
+    (the phone's own limit)."""
     import tvm
     from tvm import relax
     from tvm.relax.transform import MetaScheduleApplyDatabase
@@ -60,7 +63,7 @@ def build(fused: IRModule, target: Target, database: TVMDatabase | None) -> Runt
     def lower(mod: IRModule, _ctx: object) -> IRModule:
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
-        passes = _default_schedule(target) + _lower_passes(target)
+        passes = _default_schedule(target, default_threads) + _lower_passes(target)
         return tvm.transform.Sequential(passes)(mod)
 
     with target, (database if database is not None else contextlib.nullcontext()), \
@@ -68,9 +71,10 @@ def build(fused: IRModule, target: Target, database: TVMDatabase | None) -> Runt
         return relax.build(fused, target=target, relax_pipeline=lower)
 
 
-def _default_schedule(target: Target) -> list[Callable[[IRModule], IRModule]]:
+def _default_schedule(target: Target,
+                      max_threads: int | None) -> list[Callable[[IRModule], IRModule]]:
     """On a GPU, TVM's default schedules (farm/devices/cross.py) for every function the log
-    gave none (all of them when untuned). None on a CPU."""
+    gave none (all of them when untuned), within `max_threads` a block. None on a CPU."""
     if target.kind.name == "llvm":
         return []
     from farm.devices.cross import gpu_default_schedule
@@ -79,7 +83,7 @@ def _default_schedule(target: Target) -> list[Callable[[IRModule], IRModule]]:
 
     @tvm.transform.module_pass(opt_level=0)
     def default_schedule(mod: IRModule, _ctx: object) -> IRModule:
-        return gpu_default_schedule(mod, target)
+        return gpu_default_schedule(mod, target, max_threads)
 
     return [default_schedule]
 
@@ -237,6 +241,22 @@ class ModelCheck:
     number: int = 5
 
 
+def phone_threads(check: ModelCheck, target: Target) -> int | None:
+    """On a GPU, the largest work-group of a phone the model runs on: TVM's default schedules
+    (the untuned model, functions without a record) keep within it where a profile claims
+    more. None on a CPU, or when no phone says."""
+    if target.kind.name == "llvm" or check.tracker is None:
+        return None
+    from farm.devices.opencl import limits_of_key
+
+    try:
+        limits, _ = limits_of_key(check.tracker, check.device_key, check.target_json)
+    except Exception as e:  # noqa: BLE001 - the profile's limits, then
+        log.warning("cannot read the GPU limits of a phone of %s: %s", check.device_key, e)
+        return None
+    return limits["max_threads_per_block"]
+
+
 def compile_and_check(check: ModelCheck) -> CompileResult:
     """Build tuned and untuned, run both on a phone, compare with torch, time them."""
     import tvm
@@ -244,9 +264,10 @@ def compile_and_check(check: ModelCheck) -> CompileResult:
 
     target = tvm.target.Target(check.target_json)
     database = JSONDatabase(work_dir=str(check.log_dir), module_equality="structural")
+    threads = phone_threads(check, target)
     try:
-        tuned = build(check.fused, target, database)
-        untuned = build(check.fused, target, None)
+        tuned = build(check.fused, target, database, threads)
+        untuned = build(check.fused, target, None, threads)
         from_log = scheduled_functions(check.fused, target, database)
     except Exception as e:  # noqa: BLE001
         raise CompileError(f"TVM cannot build the model with the log: {e}",

@@ -9,7 +9,7 @@ from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec, TuneTask
 from farm.pipeline import compile as compile_stage
 from farm.store import RecordStore, StoredRecord, TaskState
-from farm.store.candidates import DEFAULT_SCHEDULE
+from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.hosts import registered_phones
 from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
@@ -93,6 +93,8 @@ def best_from(best: StoredRecord | None, job_id: str) -> str | None:
     source; None without a best."""
     if best is None:
         return None
+    if best.source == DEFAULT_SOURCE or best.candidate == DEFAULT_SCHEDULE:
+        return "TVM's default schedule"
     if best.source.startswith("transfer:"):
         return "transferred from " + best.source.removeprefix("transfer:")
     if best.source != "job":
@@ -113,6 +115,9 @@ def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]
     out = {}
     for task in tasks:
         rec = store.entry(task.workload_key, DEFAULT_SCHEDULE)
+        if rec is None and task.target.get("kind") != "llvm":  # a GPU's: by its source
+            rec = next((r for r in store.records(task.workload_key)
+                        if r.source == DEFAULT_SOURCE), None)
         if rec is not None and rec.valid and rec.run_us is not None:
             out[task.workload_key] = float(rec.run_us)
     return out

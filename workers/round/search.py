@@ -52,7 +52,7 @@ from farm.core.aliases import (
 from farm.core.config import FarmConfig
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord, candidate_hash
-from farm.store.candidates import DEFAULT_SCHEDULE
+from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.store import FAILED_RUN_SECS
 from farm.tir.module import record_json
 from workers.round.database import tuning_record
@@ -138,16 +138,29 @@ def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
     return claims[:VERIFY_TOP]
 
 
-def baseline_candidate(workload: Workload) -> MeasureCandidate:
-    """The workload's function as it is, unscheduled: TVM's default schedule. Its trace only
-    gets the root block (TVM's JSONDatabase ignores a record whose trace is empty)."""
+def baseline_candidate(workload: Workload, target: Target | None = None) -> MeasureCandidate:
+    """TVM's default schedule of the workload. On a CPU its function as it is, unscheduled: a
+    trace that only gets the root block (TVM's JSONDatabase ignores a record whose trace is
+    empty). On a GPU (an unscheduled function has no kernel) what TVM's GPU pipeline gives an
+    untuned model: the first of its dlight rules that fits (farm/devices/cross.py), with the
+    trace of what it did."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
+    args = ArgInfo.from_prim_func(workload.mod["main"])
+    if target is not None and target.kind.name != "llvm":
+        from farm.devices.cross import gpu_default_rules
+        from tvm.s_tir.dlight.base.transform import _apply_rules
+
+        with target:
+            found = _apply_rules(workload.mod["main"], target, gpu_default_rules(), tunable=False)
+        if not found:
+            raise ValueError("no default GPU schedule fits it")
+        return MeasureCandidate(found[0], args)
     sch = Schedule(workload.mod)
     sch.get_sblock("root")
-    return MeasureCandidate(sch, ArgInfo.from_prim_func(workload.mod["main"]))
+    return MeasureCandidate(sch, args)
 
 
 def evolutionary(population: int = 128) -> SearchStrategy:
@@ -351,7 +364,12 @@ class StoreAwareSearch(PySearchStrategy):
         try:
             if self.store.has_candidate(self.tuned.key, DEFAULT_SCHEDULE):
                 return []
-            cand = baseline_candidate(self.tuned.workload)
+            cand = baseline_candidate(self.tuned.workload, self.tuned.target)
+            h = candidate_hash(self.tuned.record(cand))
+            if h != DEFAULT_SCHEDULE:  # a GPU's: marked by its record's source
+                if self.store.has_candidate(self.tuned.key, h):
+                    return []
+                self.origins[h] = DEFAULT_SOURCE
         except Exception as e:  # noqa: BLE001 - a comparison, never a must
             log.warning("workload %s: its default schedule is not measured: %s",
                         self.tuned.key, e)
@@ -378,8 +396,8 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
                  origins: dict[str, str] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
-    (workers/round/transfer.py), imported records verified first; on a CPU, TVM's default schedule
-    with the first batch (a GPU function needs a schedule to build at all)."""
+    (workers/round/transfer.py), imported records verified first; TVM's default schedule
+    with the first batch (`baseline_candidate`)."""
     import tvm
 
     from workers.round.transfer import seeds
@@ -390,7 +408,7 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
         cold=not facts.ranked_by and not single,  # ... is sampled at random
         verify=[] if single else to_verify(store, task.workload_key),
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
-        baseline=not single and str(tuned.target.kind.name) == "llvm",
+        baseline=not single,
         stop=stop, tvm_version=tvm.__version__, origins=origins)
     return StoreAwareSearch(store, tuned, plan, inner=evolutionary(config.search_population))
 
