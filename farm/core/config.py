@@ -37,8 +37,7 @@ class FarmConfig:
     device_key: str = "cpu-local"
     phones: int = 2  # emulated phones of the embedded default
     phone_delay_s: float = 0.0  # added by each emulated phone to every measurement (benchmarks)
-    # an emulated OpenCL phone's largest work-group (pocl's POCL_MAX_WORK_GROUP_SIZE); 0: pocl's
-    phone_work_group: int = 0
+    phone_work_group: int = 0  # an emulated OpenCL phone's largest work-group; 0: pocl's own
     round_trials: int = 32  # trials in one Celery message (one round)
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from farm.core.aliases import IRModule, RuntimeModule, Target
+from farm.core.aliases import IRModule, RuntimeModule, Schedule, Target
 from farm.core.errors import UsageError
 from farm.core.profiles import DeviceProfile
 
@@ -99,22 +99,27 @@ def build_reference(mod: IRModule, target: Target, profile: DeviceProfile, work_
 # a GPU reference's largest work-group: a correctness oracle, not a speed baseline, it must run
 # on the phone even where a profile claims more than the phone has (Mali and Adreno run 256+)
 REFERENCE_THREADS = 64
+DLIGHT_THREADS = 256  # the threads a block of dlight's reduction rules, whatever the target
 
 
 def gpu_default_schedule(mod: IRModule, target: Target,
                          max_threads: int | None = None) -> IRModule:
     """`mod` with TVM's default GPU schedules (the dlight rules of its GPU pipeline, what an
-    untuned model gets): every block bound to blocks and threads within the target's limits.
-    Unscheduled, a GPU target's kernel is compiled as host code that writes through the
-    device's buffer handles as if they were host memory: on an OpenCL phone that corrupted
-    the session's heap (a segfault while the reference ran)."""
+    untuned model gets): every block bound to blocks and threads. Unscheduled, a GPU target's
+    kernel is compiled as host code that writes through the device's buffer handles as if they
+    were host memory: on an OpenCL phone that corrupted the session's heap (a segfault while
+    the reference ran). Where a block may have fewer than 256 threads (the target's limit, or
+    `max_threads`: a profile that claims more than the phone has), only dlight's fallback
+    rule, which keeps within the limit (its reduction rules take 256 whatever the target)."""
     import tvm
     from tvm.s_tir import dlight as dl
 
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)  # the pass writes into it
-    target = within_threads(target, max_threads)
-    with target:
-        return dl.ApplyDefaultSchedule(*gpu_default_rules())(mod)
+    cut = within_threads(target, max_threads)
+    full = int(cut.attrs.get("max_threads_per_block", 0)) >= DLIGHT_THREADS
+    rules = gpu_default_rules() if full else [dl.gpu.Fallback()]
+    with cut:
+        return dl.ApplyDefaultSchedule(*rules)(mod)
 
 
 def within_threads(target: Target, max_threads: int | None) -> Target:
@@ -126,6 +131,20 @@ def within_threads(target: Target, max_threads: int | None) -> Target:
         return target
     return tvm.target.Target({**dict(target.export()), "max_threads_per_block": max_threads,
                               "max_num_threads": max_threads})
+
+
+def gpu_default_schedule_of(mod: IRModule, target: Target) -> Schedule | None:
+    """The schedule (with its trace) the first of TVM's default GPU rules that fits gives the
+    function of `mod`; None when none does."""
+    from tvm.s_tir import dlight as dl
+
+    full = int(target.attrs.get("max_threads_per_block", 0)) >= DLIGHT_THREADS
+    with target:
+        for rule in gpu_default_rules() if full else [dl.gpu.Fallback()]:
+            space = rule.apply(mod["main"], target, False)  # type: ignore[union-attr]
+            if space is not None:  # a Schedule, or a list of them (a tunable rule's)
+                return space[0] if isinstance(space, list) else space
+    return None
 
 
 def gpu_default_rules() -> list[object]:

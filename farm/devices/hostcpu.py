@@ -68,3 +68,12 @@ def cpu_for_key(beats: list[HostBeat], device_key: str) -> str | None:
                          hint="give each CPU its own device key (farm.toml [profiles.KEY] with "
                               "host_cpu = true), or pin one with target.mcpu")
     return cpus.pop() if cpus else None
+
+
+@functools.cache
+def this_cpu() -> tuple[str, str]:
+    """LLVM's name of this machine's CPU and its triple: what an emulated phone of this
+    machine says it is (it cannot ask LLVM itself: it holds TVM's runtime only)."""
+    from tvm.target import codegen
+
+    return system_cpu(), str(codegen.llvm_get_system_triple())

@@ -9,15 +9,13 @@ builds that sidecar from a TVM source tree at the pinned version (TVM's own
 wheel's runtime and headers: the wheel's `tvm/src/runtime` stands in for the tree's own, so
 the sidecar matches the runtime it is loaded into.
 
-- this machine (`arch=""`): linked with the OpenCL ICD loader (Debian's `ocl-icd-opencl-dev`);
-  with `pocl-opencl-icd` the CPU is the OpenCL device, `POCL_MAX_WORK_GROUP_SIZE` its
-  work-group limit (a test gives it a phone GPU's).
-- arm64 (`arch="arm64"`): cross-built with `aarch64-linux-gnu-g++` against the emulated arm64
-  phone's runtime (farm/devices/arm64sim.py), with TVM's `opencl_wrapper` that opens the
-  phone's vendor `libOpenCL.so` when first used, as TVM's Android build does.
+It is linked with the OpenCL ICD loader (Debian's `ocl-icd-opencl-dev`); with
+`pocl-opencl-icd` the CPU is the OpenCL device, `POCL_MAX_WORK_GROUP_SIZE` its work-group
+limit (a test gives it a phone GPU's). Not for the emulated arm64 phone: Debian has no aarch64
+OpenCL platform for qemu to run.
 
 The source tree: `$TVM_SOURCE` (a TVM checkout at the pinned version; the tests point it at
-the project's `../shared/tvm-src`). Made once per tree, TVM version and architecture, in the
+the project's `../shared/tvm-src`). Made once per tree and TVM version, in the
 config's `opencl_dir`.
 """
 
@@ -30,17 +28,15 @@ import subprocess
 from pathlib import Path
 
 from farm.core.aliases import JsonDict, RPCSession
+from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError
 
 SIDECAR = "libtvm_runtime_opencl.so"
 RUNTIME = "src/backend/opencl/runtime"
 SOURCES = (f"{RUNTIME}/opencl_device_api.cc", f"{RUNTIME}/opencl_module.cc")
-WRAPPER = f"{RUNTIME}/opencl_wrapper/opencl_wrapper.cc"
 # what the build takes from the tree (the rest of TVM's runtime comes from the wheel)
 TAKEN = (RUNTIME, "src/support", "include/tvm/support")
 HEADERS = "/usr/include/CL/cl.h"  # Debian's opencl-headers
-PACKAGES = {"x86": ("opencl-headers", "ocl-icd-opencl-dev", "pocl-opencl-icd"),
-            "arm64": ("opencl-headers",)}
 SOURCE_HINT = ("set TVM_SOURCE to a checkout of apache/tvm at the pinned version (git clone "
                "https://github.com/apache/tvm; git checkout the commit the installed wheel was "
                "built from): the farm takes its src/backend/opencl/runtime, src/support and "
@@ -56,7 +52,7 @@ def source_tree(env: dict[str, str] | None = None) -> Path:
         raise UsageError("OpenCL phones need TVM's OpenCL runtime, built from a TVM source "
                          "tree, and TVM_SOURCE is not set", subject="opencl", hint=SOURCE_HINT)
     tree = Path(value).expanduser()
-    missing = [p for p in (*SOURCES, WRAPPER, f"{RUNTIME}/opencl_common.h", "src/support/utils.h",
+    missing = [p for p in (*SOURCES, f"{RUNTIME}/opencl_common.h", "src/support/utils.h",
                            "include/tvm/support/io.h") if not (tree / p).is_file()]
     if missing:
         raise UsageError(f"TVM_SOURCE={tree} is not a TVM source tree with the OpenCL runtime: "
@@ -66,14 +62,13 @@ def source_tree(env: dict[str, str] | None = None) -> Path:
     return tree
 
 
-def missing_packages(arch: str = "") -> list[str]:
-    """Debian packages the build (and, here, an OpenCL device) needs and this machine lacks."""
+def missing_packages() -> list[str]:
+    """Debian packages the build (and an OpenCL device here) needs and this machine lacks."""
     missing = [] if Path(HEADERS).is_file() else ["opencl-headers"]
-    if not arch:
-        if not _icd_loader():
-            missing.append("ocl-icd-opencl-dev")
-        if not any(Path("/etc/OpenCL/vendors").glob("*.icd")):
-            missing.append("pocl-opencl-icd")
+    if not _icd_loader():
+        missing.append("ocl-icd-opencl-dev")
+    if not any(Path("/etc/OpenCL/vendors").glob("*.icd")):
+        missing.append("pocl-opencl-icd")
     return missing
 
 
@@ -95,40 +90,29 @@ def _digest(tree: Path, extra: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
-def sidecar(base: Path, arch: str = "", env: dict[str, str] | None = None,
-            arm64_dir: Path | None = None) -> Path:
-    """The sidecar for this machine (`arch` "") or the emulated arm64 phone ("arm64", whose
-    runtime is made in `arm64_dir`), built under `base` on first use (about 10 s); returns its
-    path. Raises UsageError without a source tree, ServiceError when a package is missing or
-    the build fails (its log named)."""
+def sidecar(base: Path, env: dict[str, str] | None = None) -> Path:
+    """The sidecar for this machine, built under `base` on first use (about 10 s); returns
+    its path. Raises UsageError without a source tree, ServiceError when a package is missing
+    or the build fails (its log named)."""
     import tvm
 
-    from farm.devices import arm64sim
+    from farm.devices.arm64sim import locked
 
-    missing = missing_packages(arch)
+    missing = missing_packages()
     if missing:
         raise ServiceError(f"OpenCL phones need {', '.join(missing)}", subject="opencl",
                            hint=f"apt-get install {' '.join(missing)} (or `make system-deps` "
                                 "as root)")
     tree = source_tree(env)
-    runtime_dir = None
-    if arch:
-        if arch != "arm64" or arm64_dir is None:
-            raise UsageError(f"no OpenCL runtime for phones of architecture {arch!r}",
-                             subject="opencl", hint="use arm64")
-        runtime_dir = arm64sim.prepare(arm64_dir).parent  # the phone's own libtvm_runtime.so
-    cxx = arm64sim.CXX if arch else "g++"
-    digest = _digest(tree, [tvm.__version__, arch, cxx])
-    out_dir = base / (arch or "host") / digest
+    out_dir = base / "host" / _digest(tree, [tvm.__version__, "g++"])
     lib = out_dir / SIDECAR
-    with arm64sim.locked(base / "build.lock"):
+    with locked(base / "build.lock"):
         if not lib.is_file():
-            _build(tree, Path(tvm.__file__).parent, out_dir, arch, cxx, runtime_dir)
+            _build(tree, Path(tvm.__file__).parent, out_dir)
     return lib
 
 
-def _build(tree: Path, wheel: Path, out_dir: Path, arch: str, cxx: str,
-           runtime_dir: Path | None = None) -> None:
+def _build(tree: Path, wheel: Path, out_dir: Path) -> None:
     import tvm_ffi
 
     work = out_dir.with_name(out_dir.name + ".new")
@@ -140,13 +124,9 @@ def _build(tree: Path, wheel: Path, out_dir: Path, arch: str, cxx: str,
     includes = [work / "include", work / "src", wheel / "include",
                 Path(tvm_ffi.__file__).parent / "include"]
     sources = [work / s for s in SOURCES]
-    if arch:  # the phone's vendor libOpenCL is opened when OpenCL is first used
-        sources.append(work / WRAPPER)
-        links = [f"-L{runtime_dir}", "-ltvm_runtime", "-ltvm_ffi", "-ldl"]
-    else:
-        links = [f"-L{wheel / 'lib'}", "-ltvm_runtime", _icd_loader() or "-lOpenCL"]
+    links = [f"-L{wheel / 'lib'}", "-ltvm_runtime", _icd_loader() or "-lOpenCL"]
     log_file = work / "build.log"
-    argv = [shutil.which(cxx) or cxx, "-std=c++17", "-O2", "-shared", "-fPIC",
+    argv = [shutil.which("g++") or "g++", "-std=c++17", "-O2", "-shared", "-fPIC",
             "-DCL_TARGET_OPENCL_VERSION=300", *(f"-I{i}" for i in includes),
             *map(str, sources), *links, "-o", str(work / SIDECAR)]
     with open(log_file, "w") as fh:
@@ -161,10 +141,16 @@ def _build(tree: Path, wheel: Path, out_dir: Path, arch: str, cxx: str,
 
 
 
-def phone_env(work_group: int) -> dict[str, str]:
-    """The environment of an OpenCL phone on pocl: its work-group limit (`work_group`, 0:
-    pocl's own)."""
-    return {"POCL_MAX_WORK_GROUP_SIZE": str(work_group)} if work_group > 0 else {}
+def phone_opencl(config: FarmConfig, opencl: bool,
+                 work_group: int) -> tuple[list[str], tuple[Path, ...], dict[str, str]]:
+    """What an emulated phone needs to have an OpenCL device (nothing without `opencl`): its
+    arguments (the sidecar to load), the folder its confinement must keep visible, its
+    environment (pocl's largest work-group, `work_group`; 0: pocl's own)."""
+    if not opencl:
+        return [], (), {}
+    lib = sidecar(config.opencl_dir)
+    env = {"POCL_MAX_WORK_GROUP_SIZE": str(work_group)} if work_group > 0 else {}
+    return ["--opencl", str(lib)], (lib.parent,), env
 
 
 # a GPU target's limits, each with what the phone's OpenCL device says of it

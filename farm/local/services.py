@@ -23,7 +23,9 @@ from pathlib import Path
 from farm.core.config import FarmConfig, load_config
 from farm.core.confine import Confinement, confined, inner_pid
 from farm.core.errors import ServiceError, UsageError
+from farm.devices.hostcpu import this_cpu
 from farm.devices.lean import without_torch
+from farm.devices.opencl import phone_opencl
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -251,10 +253,7 @@ class PhoneOptions:
       farm.devices.phone.advertised_address: one no worker could reach is a UsageError);
     - `port`: it listens there (a restarted phone keeps its address, so its accounting does)
       unless that port stays taken for 5 s; None: a free port;
-    - `opencl`: it has an OpenCL device (TVM's OpenCL runtime, farm/devices/opencl.py; this
-      machine's OpenCL platform, pocl's CPU device where there is no GPU);
-    - `work_group`: with `opencl`, pocl's largest work-group (POCL_MAX_WORK_GROUP_SIZE: a
-      phone GPU's limit, e.g. 256 or 384); 0 leaves pocl's own.
+    - `opencl`: an OpenCL device (devices/opencl.py), `work_group` its limit (0: pocl's).
     """
 
     threads: int = 1
@@ -283,30 +282,24 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
     from farm.devices.rpcd import RUNTIME_ONLY
 
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), **RUNTIME_ONLY}
-    if arch and arch != "arm64":
-        raise UsageError(f"no emulated phones of architecture {arch!r}", hint="use arm64")
-    opencl: list[str] = []
-    keep: tuple[Path, ...] = ()
-    cl_env: dict[str, str] = {}
-    if options.opencl:
-        from farm.devices import opencl as ocl
-
-        lib = ocl.sidecar(config.opencl_dir, arch, arm64_dir=config.arm64_dir)
-        opencl, keep = ["--opencl", str(lib)], (lib.parent,)
-        cl_env = ocl.phone_env(options.work_group)
     if arch:
-        if delay_s > 0:
-            raise UsageError("phone_delay_s is for emulated phones of this machine's "
-                             "architecture", subject=f"arch {arch}")
+        why = (f"no emulated phones of architecture {arch!r}" if arch != "arm64" else
+               "phone_delay_s is for emulated phones of this machine's architecture"
+               if delay_s > 0 else "the emulated arm64 phone has no OpenCL (no aarch64 "
+               "OpenCL platform for qemu to run)" if options.opencl else "")
+        if why:
+            raise UsageError(why, subject=f"arch {arch}", hint="arch arm64, without "
+                             "phone_delay_s or --opencl")
         from farm.devices import arm64sim
 
         binary = arm64sim.prepare(config.arm64_dir)  # a native RPC server, no Python
         return start(f"phone-{key}-{index}",
                      [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,
                       "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                      *(["--custom-addr", addr] if addr else []), *opencl],
-                     log_dir, {**arm64sim.phone_env(threads), **cl_env}, inherit=False,
-                     confine=Confinement((config.home,), (config.arm64_dir, *keep)))
+                      *(["--custom-addr", addr] if addr else [])],
+                     log_dir, arm64sim.phone_env(threads), inherit=False,
+                     confine=Confinement((config.home,), (config.arm64_dir,)))
+    opencl, keep, cl_env = phone_opencl(config, options.opencl, options.work_group)
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
@@ -316,17 +309,6 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                   *(["--advertise", addr] if addr else []), *opencl],
                  log_dir, {**env, **cl_env}, inherit=False,
                  confine=Confinement((config.home,), keep))
-
-
-@functools.cache
-def this_cpu() -> tuple[str, str]:
-    """LLVM's name of this machine's CPU and its triple: what an emulated phone of this
-    machine says it is (it cannot ask LLVM itself: it holds TVM's runtime only)."""
-    from tvm.target import codegen
-
-    from farm.devices.hostcpu import system_cpu
-
-    return system_cpu(), str(codegen.llvm_get_system_triple())
 
 
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,

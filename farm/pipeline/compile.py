@@ -77,9 +77,9 @@ def _default_schedule(target: Target,
     gave none (all of them when untuned), within `max_threads` a block. None on a CPU."""
     if target.kind.name == "llvm":
         return []
-    from farm.devices.cross import gpu_default_schedule
-
     import tvm
+
+    from farm.devices.cross import gpu_default_schedule
 
     @tvm.transform.module_pass(opt_level=0)
     def default_schedule(mod: IRModule, _ctx: object) -> IRModule:

@@ -115,11 +115,13 @@ def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]
     out = {}
     for task in tasks:
         rec = store.entry(task.workload_key, DEFAULT_SCHEDULE)
-        if rec is None and task.target.get("kind") != "llvm":  # a GPU's: by its source
-            rec = next((r for r in store.records(task.workload_key)
-                        if r.source == DEFAULT_SOURCE), None)
         if rec is not None and rec.valid and rec.run_us is not None:
             out[task.workload_key] = float(rec.run_us)
+        elif rec is None and task.target.get("kind") != "llvm":  # a GPU's: by its source
+            gpu = next((r for r in store.records(task.workload_key)
+                        if r.source == DEFAULT_SOURCE and r.valid and r.run_us is not None), None)
+            if gpu is not None:
+                out[task.workload_key] = float(gpu.run_us)  # type: ignore[arg-type]
     return out
 
 

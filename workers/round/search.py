@@ -55,6 +55,7 @@ from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.store import FAILED_RUN_SECS
 from farm.tir.module import record_json
+from workers.round.baseline import baseline_candidate
 from workers.round.database import tuning_record
 from workers.round.inflight import InFlight, Proposed
 
@@ -136,31 +137,6 @@ def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
               and (best is None or r.run_us < best.run_us)]  # type: ignore[operator]
     claims.sort(key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
     return claims[:VERIFY_TOP]
-
-
-def baseline_candidate(workload: Workload, target: Target | None = None) -> MeasureCandidate:
-    """TVM's default schedule of the workload. On a CPU its function as it is, unscheduled: a
-    trace that only gets the root block (TVM's JSONDatabase ignores a record whose trace is
-    empty). On a GPU (an unscheduled function has no kernel) what TVM's GPU pipeline gives an
-    untuned model: the first of its dlight rules that fits (farm/devices/cross.py), with the
-    trace of what it did."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-
-    args = ArgInfo.from_prim_func(workload.mod["main"])
-    if target is not None and target.kind.name != "llvm":
-        from farm.devices.cross import gpu_default_rules
-        from tvm.s_tir.dlight.base.transform import _apply_rules
-
-        with target:
-            found = _apply_rules(workload.mod["main"], target, gpu_default_rules(), tunable=False)
-        if not found:
-            raise ValueError("no default GPU schedule fits it")
-        return MeasureCandidate(found[0], args)
-    sch = Schedule(workload.mod)
-    sch.get_sblock("root")
-    return MeasureCandidate(sch, args)
 
 
 def evolutionary(population: int = 128) -> SearchStrategy:
