@@ -30,6 +30,10 @@ class DeviceProfile:
     # 5 us kernel is timed over 15 us and the ranking of candidates is mostly noise
     min_repeat_ms: int = 100
     cooldown_s: float = 0.0
+    # the phone's cores a kernel's threads run on: "" (any: `threads` of them), "big" or
+    # "little" (TVM's runtime pins them there: a phone's big cluster or its little one)
+    affinity: str = ""
+    cache_flush: bool = False  # flush the CPU caches before each run: cold-cache timing
     notes: str = ""
     emulate: str = ""  # "arm64": the embedded farm's phones run this CPU under qemu
     check_outputs: bool = True  # compare each candidate's output with the unscheduled kernel
@@ -199,10 +203,11 @@ def resolve_profile(key: str, overrides: dict[str, JsonDict] | None = None,
 _TYPES: dict[str, tuple[type, ...]] = {
     "key": (str,), "target": (dict,), "export": (str,), "cc": (str, type(None)),
     "threads": (int,), "number": (int,), "repeat": (int,), "min_repeat_ms": (int,),
-    "cooldown_s": (int, float), "notes": (str,), "emulate": (str,), "check_outputs": (bool,),
+    "cooldown_s": (int, float), "affinity": (str,), "cache_flush": (bool,), "notes": (str,), "emulate": (str,), "check_outputs": (bool,),
     "host_cpu": (bool,), "extra": (dict,),
 }
-_CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64")}
+_CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64"),
+            "affinity": ("", "big", "little")}
 _MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0}
 
 

@@ -18,11 +18,31 @@ import os
 from typing import TYPE_CHECKING
 
 from farm.core.aliases import Device, JsonList, RPCSession, RuntimeModule, TVMTensor
+from farm.core.profiles import DeviceProfile
 
 if TYPE_CHECKING:
     import numpy as np
 
 WRONG = "wrong answer"  # the text a wrong output raises with (classified as wrong_answer)
+
+
+# TVM's thread-pool affinity modes (threading_backend.h): big cores, little cores, or the
+# threads free on every core (no pinning)
+AFFINITY = {"big": 1, "little": -1, "": -3}
+
+
+def configure_threads(session: RPCSession, threads: int, affinity: str = "") -> None:
+    """Set the thread pool of `session`'s process on the phone: `threads` threads, pinned to
+    the big or little cores (`affinity`) or free. TVM's runtime serves it
+    (`runtime.config_threadpool`), so every phone does, the Android RPC app included; the
+    setting lasts the session (each is a process of its own)."""
+    session.get_function("runtime.config_threadpool")(AFFINITY[affinity], threads)
+
+
+def session_threads(profile: DeviceProfile) -> tuple[int, str] | None:
+    """A CPU profile's threads and affinity, for `configure_threads` in each session on its
+    phones (None on a GPU: its host code runs one thread)."""
+    return (profile.threads, profile.affinity) if profile.target.get("kind") == "llvm" else None
 
 
 def host_values(args_info: list[JsonList], seed: int = 0) -> list[np.ndarray]:

@@ -72,7 +72,7 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
     from farm.devices.cross import build_reference, export_shared, linker
-    from farm.devices.evaluate import alloc_on_phone, checked_run_evaluator
+    from farm.devices.evaluate import alloc_on_phone, checked_run_evaluator, configure_threads
     from farm.devices.tracker import request_session
 
     t0 = time.perf_counter()
@@ -88,6 +88,8 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
             reference = build_reference(mod, target, profile, work)
             step = "ask the tracker for a phone"
             session, phone = request_session(tracker, profile.key, timeout_s)
+            if not gpu:  # the profile's threads and cores, as a round's sessions get them
+                configure_threads(session, profile.threads, profile.affinity)
             step = f"upload and load on {phone}"
             session.upload(path, "probe.so")
             rt_mod = session.load_module("probe.so")
@@ -96,7 +98,8 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
             args_info = [a.as_json() for a in ArgInfo.from_prim_func(mod["main"])]
             args = alloc_on_phone(session, device, args_info, 1)
             config = EvaluatorConfig(number=profile.number, repeat=profile.repeat,
-                                     min_repeat_ms=profile.min_repeat_ms)
+                                     min_repeat_ms=profile.min_repeat_ms,
+                                     enable_cpu_cache_flush=profile.cache_flush)
             costs = checked_run_evaluator(reference, session, rt_mod, device, config, args)
         except ServiceError:
             raise

@@ -28,6 +28,7 @@ from farm.core.aliases import (
     TVMDatabase,
 )
 from farm.core.errors import CompileError
+from farm.devices.evaluate import configure_threads
 from farm.devices.tracker import request_phone
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,7 @@ class ModelCheck:
     atol: float = 1e-4
     repeat: int = 15
     number: int = 5
+    threads: tuple[int, str] | None = None  # a CPU phone's threads and affinity (evaluate.py)
 
 
 def phone_threads(check: ModelCheck, target: Target) -> int | None:
@@ -290,6 +292,8 @@ def compile_and_check(check: ModelCheck) -> CompileResult:
                            subject=str(lib)) from e
     with device_session(check.tracker, check.device_key,
                         device_type=target.get_target_device_type()) as (remote, dev):
+        if remote is not None and check.threads is not None:
+            configure_threads(remote, *check.threads)
         (outs, tuned_us), (untuned_outs, untuned_us) = time_side_by_side(
             [lib, untuned_lib], remote, dev, check.inputs, check.repeat, check.number)
     untuned_lib.unlink(missing_ok=True)

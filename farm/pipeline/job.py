@@ -24,6 +24,7 @@ from farm.core.errors import UnmeasuredError, UsageError
 from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
+from farm.devices.evaluate import session_threads
 from farm.jobs import finalize as finalize_stage
 from farm.jobs import plan as plan_stage
 from farm.jobs.dispatch import send_round
@@ -279,8 +280,8 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
             log_dir=staging / "best", out_dir=staging, inputs=prep.bundle.inputs,
             expected=prep.bundle.outputs, task_names={t.workload_key: t.name for t in tasks},
             tuned_names={t.name for t in tasks if bests.get(t.workload_key) is not None},
-            untunable=prep.extracted.untunable, tracker=farm.tracker,
-            device_key=prep.profile.key, fcompile=cross.fcompile(prep.profile)))
+            untunable=prep.extracted.untunable, tracker=farm.tracker, device_key=prep.profile.key,
+            fcompile=cross.fcompile(prep.profile), threads=session_threads(prep.profile)))
         result.fallback.update({t.name: unusable[t.workload_key] for t in tasks
                                 if t.workload_key in unusable})
         wall_s = time.monotonic() - sub.t0

@@ -255,3 +255,36 @@ def test_a_phone_sees_neither_the_farms_home_nor_its_other_processes(tracker, tm
         assert str(os.getpid()) not in os.listdir(f"{seen}/proc")
     finally:
         phone.stop()
+
+
+def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
+    """A phone whose runtime may use both cores of this machine (a real phone's uses all of its
+    cores); each session the runner opens sets the profile's thread pool on it (TVM's
+    runtime.config_threadpool over RPC: threads, big or little cores), as the farm cannot
+    start a real phone's RPC app with an environment."""
+    from tvm.s_tir.meta_schedule.runner import RPCConfig
+
+    from farm.core.profiles import resolve_profile
+    from farm.devices.evaluate import session_threads
+
+    group = services.ServiceGroup()
+    try:
+        group.add(services.start_phone(tracker, "wide", 0, tmp_path,
+                                       services.PhoneOptions(threads=2)))
+        wait_for_phones(tracker, "wide", 1, 60)
+        host, port = tracker.split(":")
+        cfg = RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key="wide",
+                        session_priority=1, session_timeout_sec=30)
+        log = str(tmp_path / "p.jsonl")
+        bare = phonelog.create_session(log, tracker, 0.0, cfg)
+        assert bare.get_function("runtime.NumThreads")() == 2  # the phone's own
+        phonelog.cleanup(log, bare, None)
+        for threads, affinity in ((1, ""), (1, "big"), (1, "little"), (2, "")):
+            profile = resolve_profile("wide", {"wide": {"threads": threads,
+                                                        "affinity": affinity}})
+            session = phonelog.create_session(log, tracker, 0.0, cfg,
+                                              threads=session_threads(profile))
+            assert session.get_function("runtime.NumThreads")() == threads, (threads, affinity)
+            phonelog.cleanup(log, session, None)
+    finally:
+        group.stop()

@@ -25,6 +25,7 @@ from farm.core.aliases import JsonDict, RPCSession, RuntimeModule
 from farm.core.errors import ServiceError
 from farm.core.secrets import runtime_dir
 from farm.devices import tracker as tracker_mod
+from farm.devices.evaluate import configure_threads
 from farm.devices.tracker import grant, phone_address
 from farm.store import RecordStore
 from farm.store.phones import PhoneSpan
@@ -62,14 +63,15 @@ def _write(path: str, entry: JsonDict) -> None:
 
 
 def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: RPCConfig,
-                   ticket: str = "") -> RPCSession:
+                   ticket: str = "", threads: tuple[int, str] | None = None) -> RPCSession:
     """f_create_session: a session on a phone of the key that is not set aside. The phone is
     noted as soon as the tracker grants it, before connecting: a frozen phone hangs the
     connection, and the pool kills this process at its deadline. A phone set aside is not
     connected to (the tracker hands it out again once it re-registers, ~6 s later); a phone
     that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
     it), and the wait does not count as busy. The grant (or the failure to get one) settles
-    the measurement's turn in its batch (`ticket`: workers/round/turns.py)."""
+    the measurement's turn in its batch (`ticket`: workers/round/turns.py). `threads`: the
+    session's thread count and affinity on the phone (a CPU profile's; farm/devices/evaluate.py)."""
     from tvm.rpc import client
 
     from workers.round.turns import settle
@@ -90,6 +92,8 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     _SESSION.phone = phone
     _write(log_path, {"sid": sid, "phone": phone, "start": time.time()})
     session = client.connect(url, port, matchkey, int(rpc_config.session_timeout_sec))
+    if threads is not None:
+        configure_threads(session, *threads)
     if cooldown_s > 0:
         wait = cooldown_s - (time.time() - _last_end(phone))
         if wait > 0:

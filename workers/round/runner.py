@@ -29,7 +29,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 
 from farm.core.profiles import DeviceProfile
-from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator
+from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator, session_threads
 from farm.devices.tracker import parse_addr
 from workers.round import phonelog
 from workers.round.phonelog import LostPolicy, PhoneLog
@@ -51,7 +51,8 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
                                  session_priority=1,
                                  session_timeout_sec=max(1, int(run_timeout_s * 0.7))),
             evaluator_config=EvaluatorConfig(number=profile.number, repeat=profile.repeat,
-                                             min_repeat_ms=profile.min_repeat_ms),
+                                             min_repeat_ms=profile.min_repeat_ms,
+                                             enable_cpu_cache_flush=profile.cache_flush),
             cooldown_sec=profile.cooldown_s,
             max_workers=max_workers,
         )
@@ -66,7 +67,7 @@ class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
         self.phone_log = PhoneLog(path, deadline_s=run_timeout_s, tracker=tracker,
                                   key=profile.key, policy=policy)  # which phone measured what
         self._create_session = functools.partial(phonelog.create_session, path, tracker,
-                                                 profile.cooldown_s)
+                                                 profile.cooldown_s, threads=session_threads(profile))
         self.f_create_session = self._create_session
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
