@@ -48,6 +48,18 @@ def fix_for(error_class: str, text: str = "", key: str = "KEY", tracker: str = "
     if "random_fill" in low or "unable to find function" in low:
         return (f"the phone's TVM runtime lacks a function the farm called: build its RPC "
                 f"server from apache-tvm 0.27 (README: real phones), then `{doctor}`")
+    if "loader of that name is not registered" in low or "no opencl platform" in low:
+        return ("the phone has no OpenCL: its TVM RPC app or server must be built with TVM's "
+                "OpenCL runtime, and the phone needs an OpenCL platform (README: phone GPUs; "
+                f"`{doctor}`)")
+    if "cl_invalid_work_group_size" in low or "cl_out_of_resources" in low:
+        return (f"kernels over the phone GPU's limits (threads or local memory a work-group): "
+                f"`{doctor}` compares the profile's limits with the phone's; lower them in the "
+                f"profile or leave them out to take the phone's")
+    if "opencl build error" in low or "cl_build_program_failure" in low:
+        return ("the phone's OpenCL compiler refused a kernel (its build log is above): such "
+                "candidates are invalid, the job tunes on with the others; if every one fails, "
+                "the profile's target (device, limits) does not fit the phone's GPU")
     if any(s in low for s in ("cannot open shared object", "wrong elf class", "exec format",
                               "dlopen", "undefined symbol", "no such file")):
         return (f"the phone cannot load the library built for it: the profile's target triple "

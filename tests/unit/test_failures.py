@@ -50,3 +50,15 @@ def test_a_job_fails_only_when_no_task_that_went_to_the_phones_got_a_valid_resul
     assert not v.nothing and v.tasks == ["task-a"]  # named, but the job stands
     v = unmeasured(_job("c"), {"c": cached})  # nothing went to the phones: not a failure
     assert not v.nothing and v.searched == 0
+
+
+def test_a_phone_gpus_errors_get_their_own_fixes():
+    over = ("RPCRunner: An exception occurred\nError caught from RPC call:\nCheck failed: "
+            "(e == 0) is false: OpenCL Error, code=-54: CL_INVALID_WORK_GROUP_SIZE")
+    assert "limits" in fix_for("runtime", brief(over), key="mali")
+    assert "farm doctor --tracker HOST:PORT --device-key mali" in fix_for("runtime", over, "mali")
+    built = "OpenCL build error for device=0x1\n<kernel>:3:1: error: unknown type name 'vxid'"
+    assert "OpenCL compiler refused" in fix_for("runtime", brief(built))
+    none = ("Library binary was created using {opencl} but a loader of that name is not "
+            "registered. Make sure to have runtime that registers ffi.Module.load_from_bytes.opencl")
+    assert "has no OpenCL" in fix_for("runtime", brief(none))
