@@ -15,7 +15,7 @@ import importlib
 import inspect
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from farm.core.aliases import IRModule, RuntimeModule, Target, TVMObject
@@ -35,11 +35,22 @@ EXPECTED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tvm.rpc.tracker", "PopenTrackerServerState", ("self", "host", "port", "port_end",
                                                     "silent")),
     ("tvm.base", "_RUNTIME_ONLY", ()),
+    # the runner subclasses RPCRunner's Python class (the registered one is a wrapper)
+    ("tvm.s_tir.meta_schedule.runner.rpc_runner", "RPCRunner._cls",
+     ("self", "rpc_config", "evaluator_config", "cooldown_sec")),
+    # the key's cost model trains XGBModel's pack-sum booster on the store's features
+    ("tvm.s_tir.meta_schedule.cost_model.xgb_model", "XGBModel._cls._train",
+     ("self", "xs", "ys")),
+    # importing it registers TVM's FLOP estimator for TIR
+    ("tvm.s_tir.meta_schedule", "_ffi_api", ()),
 )
 
 
 def _get(module: str, name: str) -> TVMObject:
-    return getattr(importlib.import_module(module), name)
+    found = importlib.import_module(module)
+    for part in name.split("."):  # a class's attribute: "RPCRunner._cls"
+        found = getattr(found, part)
+    return found
 
 
 def problems() -> list[str]:
@@ -109,6 +120,23 @@ def rpc_server_state(*args: object, **kwargs: object) -> ServerState:
 def tracker_server_state(*args: object, **kwargs: object) -> ServerState:
     """TVM's RPC tracker, run in this process."""
     return _get("tvm.rpc.tracker", "PopenTrackerServerState")(*args, **kwargs)
+
+
+def rpc_runner_class() -> type:
+    """MetaSchedule's RPCRunner as a Python class to subclass (`RPCRunner` itself is TVM's
+    registered wrapper around it)."""
+    return _get("tvm.s_tir.meta_schedule.runner.rpc_runner", "RPCRunner._cls")  # type: ignore[no-any-return]
+
+
+def xgb_train(model: TVMObject, xs: Sequence[object], ys: object) -> None:
+    """Train XGBModel `model` on feature groups `xs` and normalized throughputs `ys` with its
+    own pack-sum objective (what its `update` does after measuring, without the records)."""
+    model._train(xs=xs, ys=ys)  # noqa: SLF001 - in EXPECTED
+
+
+def register_flop_estimator() -> None:
+    """Import what registers TVM's FLOP estimator of TIR (`estimate_tir_flops`)."""
+    _get("tvm.s_tir.meta_schedule", "_ffi_api")
 
 
 def compiler_loaded() -> bool:

@@ -120,7 +120,10 @@ def _folded(mod: IRModule) -> IRModule:
 def _flop(mod: IRModule) -> float:
     # imported outside the try: a moved estimator is an error, not 0 FLOPs for every task
     from tvm.s_tir.analysis import estimate_tir_flops
-    from tvm.s_tir.meta_schedule import _ffi_api  # noqa: F401 - registers the estimator
+
+    from farm.devices.tvmapi import register_flop_estimator
+
+    register_flop_estimator()
 
     try:
         return float(estimate_tir_flops(mod))

@@ -38,6 +38,7 @@ from tvm.s_tir.meta_schedule.database import Workload
 from farm.core import keys
 from farm.core.aliases import MeasureCandidate, TuneContext
 from farm.core.messages import TuneTask
+from farm.devices.tvmapi import xgb_train
 from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
@@ -164,7 +165,7 @@ def _fit(xs: list[np.ndarray], ys: np.ndarray, threads: int) -> xgboost.Booster:
 
     model = XGBModel(num_tuning_cores=threads, verbose_eval=0)
     np.random.seed(len(xs))
-    model._train(xs=xs, ys=ys)  # noqa: SLF001 - XGBModel's own pack-sum training
+    xgb_train(model, xs, ys)  # XGBModel's own pack-sum training (a private TVM use)
     return model.booster
 
 

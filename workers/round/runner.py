@@ -26,11 +26,12 @@ import time
 from typing import TYPE_CHECKING
 
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig
 
 from farm.core.profiles import DeviceProfile
 from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator, session_threads
 from farm.devices.tracker import parse_addr
+from farm.devices.tvmapi import rpc_runner_class
 from workers.round import phonelog
 from workers.round.phonelog import LostPolicy, PhoneLog
 from workers.round.procs import Executor, Processes
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 
 @derived_object
-class BoundedRPCRunner(RPCRunner._cls):  # type: ignore[name-defined,misc]
+class BoundedRPCRunner(rpc_runner_class()):  # type: ignore[misc]
     def __init__(self, tracker: str, profile: DeviceProfile, max_workers: int,
                  run_timeout_s: float, processes: Processes,
                  policy: LostPolicy | None = None) -> None:
