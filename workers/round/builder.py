@@ -23,13 +23,7 @@ from tvm.support.popen_pool import StatusKind
 
 from farm.core.aliases import IRModule, RuntimeModule, Target
 from farm.devices.tvmapi import build_and_export, serialize_params
-from workers.round.procs import Processes
-
-
-def warm_build_process() -> None:
-    """Initializer of each build process: pay TVM's imports once, not per build."""
-    from tvm.driver import build  # noqa: F401
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: F401
+from workers.round.procs import Processes, warm_build_process
 
 
 def build_candidate(mod: IRModule, target: Target, _params: object) -> RuntimeModule:

@@ -74,11 +74,15 @@ class Processes:
             self._all, self._idle = [], []
 
 
+def warm_build_process() -> None:
+    """Initializer of each build process: pay TVM's imports once, not per build."""
+    from tvm.driver import build  # noqa: F401
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: F401
+
+
 def for_rounds(max_uses: int) -> Processes:
     """The processes of a round process (workers/round/measure.py): warm for building, recycled
     after `max_uses` calls."""
-    from workers.round.builder import warm_build_process
-
     return Processes(warm_build_process, max_uses)
 
 
