@@ -115,7 +115,7 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phone
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
     if host_s is None:
         return None
-    from workers.round.tuning import BATCH
+    from workers.round.pipeline import BATCH
 
     per_batch = BATCH * ((phone_s or functools.partial(_phone_s, ctx, store, profile))()
                          or 0.0) / max(1, phones)

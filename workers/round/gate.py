@@ -66,7 +66,7 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
-    from workers.round.tuning import BATCH
+    from workers.round.pipeline import BATCH
 
     per_batch = BATCH * phone_s / max(1, phones)
     if host_cpu and per_batch < host_s:

@@ -25,7 +25,8 @@ from farm.store import RecordStore, TaskState
 from farm.store.store import updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
-from workers.round.tuning import BATCH, Where, Workload, search_round
+from workers.round.pipeline import BATCH
+from workers.round.tuning import Where, Workload, search_round
 
 if TYPE_CHECKING:
     from workers.round.borrow import Lent

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
 log = logging.getLogger(__name__)
+BATCH = 16  # candidates per build/measure batch inside a round
 # MetaSchedule's own log of a round (a line per trial at INFO): warnings only
 TVM_LOG = logging.getLogger("tunefarm.metaschedule")
 TVM_LOG.setLevel(logging.WARNING)

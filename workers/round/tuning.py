@@ -14,6 +14,7 @@ from farm.core.aliases import IRModule, Target
 from farm.core.messages import RoundRequest, TuneTask
 from farm.store import RecordStore
 from workers.round.context import WorkerContext
+from workers.round.pipeline import BATCH
 
 if TYPE_CHECKING:
     from workers.round.database import StoreDatabase
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from workers.round.search import RoundFacts, TunedWorkload
 
 log = logging.getLogger(__name__)
-BATCH = 16  # candidates per build/measure batch inside a round
 
 
 @dataclass(frozen=True)
