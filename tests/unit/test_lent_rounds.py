@@ -150,7 +150,7 @@ def run_lent(lab: Lab, script: Script, deadline_s: float = 180, wait_s: float = 
     from workers.round import borrow
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.context import WorkerContext
-    from workers.round.measure import Round
+    from workers.round.rounds import Round
 
     config = load_config(env={"FARM_BROKER_URL": lab.url, "FARM_HOST_TTL_S": "9",
                               "FARM_LENT_BATCH_TIMEOUT_S": str(deadline_s)})

@@ -27,7 +27,8 @@ from farm.store import RecordStore, StoreUnavailable, TaskState, configured_stor
 from farm.store.store import updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import HOLD_S
-from workers.round.measure import LEASE_TTL_S, LeaseBusy, StaleRound, run_round
+from workers.round.measure import LeaseBusy, StaleRound, run_round
+from workers.round.rounds import LEASE_TTL_S
 
 if TYPE_CHECKING:
     from workers.round.callback import RoundCounters

@@ -60,12 +60,11 @@ from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
 from workers.round.identity import BuildIdentity, this_host
 from workers.round.lend import BEAT_S, beating, results_blob, session_ttl, unpack
-from workers.round.measure import LEASE_TTL_S
 from workers.round.pipeline import OnPhones
+from workers.round.rounds import LEASE_TTL_S, Round
 
 if TYPE_CHECKING:
     from workers.round.callback import StoreCallback
-    from workers.round.measure import Round
     from workers.round.runner import BoundedRPCRunner
     from workers.round.search import TunedWorkload
 

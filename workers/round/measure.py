@@ -13,12 +13,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ServiceError, TuneError, best_effort
-from farm.core.messages import RoundRequest, RoundResult, TuneTask
+from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore, TaskState
@@ -26,6 +26,7 @@ from farm.store.store import updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
 from workers.round.pipeline import BATCH
+from workers.round.rounds import LEASE_TTL_S, Round
 from workers.round.tuning import Where, Workload, search_round
 
 if TYPE_CHECKING:
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from workers.round.search import RoundFacts
 
 log = logging.getLogger(__name__)
-LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round (and
-# while a lent round waits for its helper's batches: workers/round/borrow.py)
 ENDED = ("cancelled", "finalized", "failed")
 
 
@@ -107,30 +106,6 @@ def check_cpu(profile: DeviceProfile, target: JsonDict, host: str) -> None:
                         subject=f"host {host}, device key {profile.key}",
                         hint="submit from (or for) a machine with that CPU, or give this host "
                              "its own device key")
-
-
-@dataclass
-class Round:
-    """What one round knows, from its start to its result: the worker's context, the store,
-    the request, its workload's task, the task's state before the round, how many trials
-    the workload still lacks and how many this round measures of them."""
-
-    ctx: WorkerContext
-    store: RecordStore
-    req: RoundRequest
-    task: TuneTask
-    prior: TaskState
-    missing: int
-    trials: int
-    # told each batch's counters (the app's progress and fence check)
-    on_progress: Callable[[RoundCounters], None] | None = None
-    t0: float = field(default_factory=time.monotonic)
-
-    def result(self, measured: int, valid: int) -> RoundResult:
-        """This round's result: its identity, wall time and counts (the rest: `replace`)."""
-        return RoundResult(job_id=self.req.job_id, workload_key=self.req.workload_key,
-                           round_index=self.req.round_index, host=self.ctx.host,
-                           measured=measured, valid=valid, wall_s=time.monotonic() - self.t0)
 
 
 def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
