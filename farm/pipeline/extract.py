@@ -12,6 +12,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ExtractError
@@ -21,6 +22,9 @@ from farm.pipeline.foldbn import fold_batch_norm
 from farm.tir.blocknames import canonical_module
 from farm.tir.family import family
 
+if TYPE_CHECKING:
+    from farm.pipeline.ingest import ModelBundle
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +33,15 @@ class Extracted:
     fused: IRModule  # the fused Relax module (compile applies the log to exactly this module)
     tasks: list[TuneTask]
     untunable: list[str]  # PrimFuncs of the fused module that are no tuning task
+
+
+@dataclass
+class Prepared:
+    """A model ingested (torch) and split into tuning tasks (TVM) for one device profile."""
+
+    bundle: ModelBundle
+    extracted: Extracted
+    profile: DeviceProfile
 
 
 def workload_key(structural_hash: int, target: JsonDict, device_key: str) -> str:

@@ -34,6 +34,7 @@ from farm.pipeline import ingest as ingest_stage
 from farm.pipeline import portable
 from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
+from farm.pipeline.extract import Prepared
 from farm.pipeline.options import SubmitOptions
 from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
 from farm.pipeline.reader import load_apart
@@ -45,15 +46,6 @@ log = logging.getLogger(__name__)
 
 
 CLIENT = f"client@{socket.gethostname()}"  # who finalized a job, when a client did
-
-
-@dataclass
-class Prepared:
-    """A model ingested (torch) and split into tuning tasks (TVM) for one device profile."""
-
-    bundle: ingest_stage.ModelBundle
-    extracted: extract_stage.Extracted
-    profile: DeviceProfile
 
 
 @dataclass(frozen=True)

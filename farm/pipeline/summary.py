@@ -15,7 +15,7 @@ from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
 
 if TYPE_CHECKING:
-    from farm.pipeline.job import Prepared
+    from farm.pipeline.extract import Prepared
 
 
 @dataclass(frozen=True)
