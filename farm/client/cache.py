@@ -26,6 +26,7 @@ from farm.core.traces import UnsafeTrace, foreign_calls, trace_problem
 from farm.jobs.finalize import write_best_log
 from farm.pipeline.extract import workload_key
 from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store.cold import all_records
 from farm.store.store import FAILED_RUN_SECS, valid_secs
 from farm.tir.blocknames import canonical_module, translation
 from farm.tir.module import load_mod, record_json, tuning_record
@@ -57,7 +58,7 @@ def show(store: RecordStore, wk: str, top: int = 5) -> JsonDict:
     if task is None:
         raise StoreError("no such workload in the store", subject=f"workload {wk}",
                          hint="`farm cache ls` lists them")
-    records = store.all_records(wk)
+    records = all_records(store, store.archive, wk)
     valid = sorted((r for r in records if r.valid), key=lambda r: r.run_us)  # type: ignore[arg-type,return-value]
     failures = Counter(r.error_class for r in records if not r.valid)
     errors: dict[str, str] = {}  # class -> the first message measured (the phone's own words)
@@ -365,7 +366,7 @@ def remove(store: RecordStore, workload_keys: list[str], source: str | None = No
     removed = 0
     folder = source.rstrip("/") + "/" if source.startswith("import:/") else None
     for wk in workload_keys or store.workload_keys():
-        picked = [r.candidate for r in store.all_records(wk)
+        picked = [r.candidate for r in all_records(store, store.archive, wk)
                   if source in (r.job_id, r.host, r.source)
                   or (folder is not None and r.source.startswith(folder))]
         removed += store.remove_records(wk, picked)

@@ -257,12 +257,6 @@ class RecordStore(Records, Spool, JobStore, Coordination, HostRegistry, LearnedS
 
     archive: Archive | None = None  # where whole records that left Redis are (cold.py)
 
-    def all_records(self, wk: str) -> list[StoredRecord]:
-        """Every record of a workload, the archive's too (when the store has one)."""
-        from farm.store.cold import all_records
-
-        return all_records(self, self.archive, wk)
-
     def full(self) -> str | None:
         """Why the store refuses every write now (its memory limit reached), or None."""
         return None

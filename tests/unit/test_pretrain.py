@@ -9,6 +9,7 @@ import pytest
 
 from farm.core.profiles import resolve_profile
 from farm.store import StoredRecord, candidate_hash, open_store
+from farm.store.cold import all_records
 from tests.unit.test_cache import matmul_mod
 
 
@@ -70,7 +71,7 @@ def test_cost_model_is_trained_on_stored_records(tmp_path):
     assert learned == len(truth) == store.record_count(wk) >= 100
     assert model.data_size == learned
     assert model.booster is not None  # trained: past XGBModel's 100 random warm-up samples
-    recs = store.all_records(wk)
+    recs = all_records(store, store.archive, wk)
     cands = [TuningRecord.from_json(r.record, workload).as_measure_candidate() for r in recs]
     scores = model.predict(TuneContext(mod=mod, target=target, task_name="t"), cands)
     # predictions are throughput-like (higher = faster): they must rank like the truth
