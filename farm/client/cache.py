@@ -107,21 +107,21 @@ def stats(store: RecordStore) -> JsonDict:
             "capacity": capacity(store, times=times).to_json()}
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError("is a file: the log is a folder (two JSON files)", subject=str(out_dir),
                          hint="name a folder that does not exist yet, or an empty one")
 
 
-def _tasks(store: RecordStore, device_key: str | None) -> list[TuneTask]:
+def tasks_of(store: RecordStore, device_key: str | None) -> list[TuneTask]:
     """The store's workloads (of `device_key`, when given)."""
     return [t for t in (store.get_workload(wk) for wk in store.workload_keys())
             if t is not None and (device_key is None or t.device_key == device_key)]
 
 
 def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
-    _check_out_dir(out_dir)
-    tasks = _tasks(store, device_key)
+    check_out_dir(out_dir)
+    tasks = tasks_of(store, device_key)
     picks = {t.workload_key: b.candidate for t in tasks
              if (b := store.best(t.workload_key)) is not None and b.valid}
     bests = write_best_log(store, tasks, out_dir, picks)
@@ -135,12 +135,12 @@ def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None)
 
     from farm.store.cold import each_record
 
-    _check_out_dir(out_dir)
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     db = JSONDatabase(work_dir=str(out_dir), module_equality="structural")
     written = 0
     workloads = {t.workload_key: db.commit_workload(load_mod(t))
-                 for t in _tasks(store, device_key)}
+                 for t in tasks_of(store, device_key)}
     # streamed: Redis's records, then one pass over the archive for them all (it drains the
     # spool first); only the records' entries are held, not the records
     for rec in each_record(store, store.archive, list(workloads)):

@@ -163,7 +163,13 @@ def _stats(args: argparse.Namespace, store: RecordStore) -> None:
 def _export(args: argparse.Namespace, store: RecordStore) -> None:
     from farm.client import cache
 
-    if args.all:
+    if args.format == "csv":
+        from farm.client.table import export_table
+
+        n = export_table(store, Path(args.folder), args.device_key)
+        print(f"exported {n} measurements (every one, the archive's too) to "
+              f"{args.folder}/measurements.csv")
+    elif args.all:
         n = cache.export_all(store, Path(args.folder), args.device_key)
         print(f"exported {n} records (every one, the archive's too) to {args.folder}/ "
               "(MetaSchedule JSONDatabase)")

@@ -175,3 +175,28 @@ def test_rm_source_matches_whole_ids_only():
     assert cache.remove(store, [], source="see") == {"workloads": 0, "records": 0}
     assert store.record_count(wk) == 2
     assert cache.remove(store, [], source="seed") == {"workloads": 0, "records": 2}
+
+
+def test_export_csv_has_a_row_per_measurement_for_pandas(tmp_path: Path):
+    import csv
+    import dataclasses
+
+    from farm.client.table import TABLE, export_table
+
+    profile = resolve_profile("cpu-local")
+    store = open_store("memory://")
+    wk = seed_store(store, profile, 16, [30.0, 10.0])
+    failed = dataclasses.replace(
+        store.records(wk)[0], candidate="f" * 32, run_us=None, error_class="runtime",
+        error_msg="Traceback (most recent call last):\nRuntimeError: CL_OUT_OF_RESOURCES")
+    store.add_record(failed)
+    assert export_table(store, tmp_path / "t") == 3
+    with open(tmp_path / "t" / "measurements.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert tuple(rows[0]) == TABLE and len(rows) == 3
+    ok = sorted((r for r in rows if r["valid"] == "True"), key=lambda r: float(r["run_us"]))
+    assert [float(r["run_us"]) for r in ok] == [10.0, 30.0]
+    assert all(r["task"] == "matmul16" and r["device_key"] == "cpu-local" for r in rows)
+    bad = next(r for r in rows if r["valid"] == "False")
+    assert bad["error_class"] == "runtime" and bad["run_us"] == ""
+    assert bad["error"] == "RuntimeError: CL_OUT_OF_RESOURCES"
