@@ -106,6 +106,8 @@ ROWS = [
         env={"FARM_DEVICE_KEY": "pixel8"}, toml=GOOD_PROFILE),
     Row("device-key-opencl-embedded", submit("small.pt2", "--device-key", "android-arm64-opencl"),
         "usage", ("device key android-arm64-opencl", "FARM_BROKER_URL")),
+    Row("gpu-lab-job-without-tracker", submit("small.pt2", "--device-key", "android-adreno-7xx"),
+        "usage", ("device key android-adreno-7xx", "targets opencl", "--tracker"), env=LAB),
     # --tracker
     Row("tracker-no-port", submit("small.pt2", "--tracker", "localhost"), "usage",
         ("tracker localhost", "HOST:PORT"), env=LAB),

@@ -72,8 +72,10 @@ def test_a_job_that_measured_nothing_valid_fails_with_the_phones_error(wrong_key
         torch.nn.Linear(16, 8), torch.nn.ReLU()).eval(), (torch.randn(2, 16),)), model)
     home = tmp_path / "home"
     env = {"FARM_CONFIG": str(toml), "FARM_BROKER_URL": broker}
+    # --tracker: the tuned model of an aarch64 profile runs on a phone, never on this machine
     proc = run_farm(["submit", str(model), "--device-key", KEY, "--trials-per-task", "2",
-                     "--out", str(tmp_path / "out")], home, timeout_s=900, env=env)
+                     "--tracker", tracker, "--out", str(tmp_path / "out")], home,
+                    timeout_s=900, env=env)
     err = proc.stderr
     assert proc.returncode == UnmeasuredError.exit_code, proc.stdout[-2000:] + err[-3000:]
     assert "no task got one valid measurement" in err, err[-2000:]
