@@ -37,6 +37,7 @@ def main() -> int:
 
     from farm.core.config import load_config
     from farm.core.profiles import resolve_profile
+    from farm.devices.hostcpu import this_cpu
     from farm.devices.probe import probe_phone
     from farm.devices.tracker import wait_for_phones
     from farm.local import services
@@ -56,7 +57,7 @@ def main() -> int:
                                            config))
             wait_for_phones(tracker, "cpu-local", 1, timeout_s=120)
             wait_for_phones(tracker, "opencl-local", 1, timeout_s=120)
-            cpu = services.this_cpu()[0]
+            cpu = this_cpu()[0]
             profiles = {k: resolve_profile(k).on_cpu(cpu) for k in ("cpu-local", "opencl-local")}
             got: dict[str, dict[str, list[float]]] = {k: {"run_us": [], "wall_ms": []}
                                                       for k in profiles}

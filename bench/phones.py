@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from farm.core.profiles import resolve_profile  # noqa: E402
+from farm.devices.hostcpu import this_cpu  # noqa: E402
 from farm.devices.tracker import request_phone, wait_for_phones  # noqa: E402
 from farm.local import services  # noqa: E402
 
@@ -86,7 +87,7 @@ def main() -> int:
 
     mod = workload()
     target = tvm.target.Target(resolve_profile("cpu-local").on_cpu(
-        services.this_cpu()[0]).target_json())
+        this_cpu()[0]).target_json())
     rt_mod = tvm.compile(candidate(mod), target=target)
     ref_mod = tvm.compile(mod, target=target)
     args_info = [a.as_json() for a in ArgInfo.from_prim_func(mod["main"])]

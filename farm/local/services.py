@@ -23,7 +23,6 @@ from pathlib import Path
 from farm.core.config import FarmConfig, load_config
 from farm.core.confine import Confinement, confined, inner_pid
 from farm.core.errors import ServiceError, UsageError
-from farm.devices.hostcpu import this_cpu
 from farm.devices.lean import without_torch
 from farm.devices.opencl import phone_opencl
 
@@ -300,6 +299,8 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                      log_dir, arm64sim.phone_env(threads), inherit=False,
                      confine=Confinement((config.home,), (config.arm64_dir,)))
     opencl, keep, cl_env = phone_opencl(config, options.opencl, options.work_group)
+    from farm.devices.hostcpu import this_cpu  # the store's modules: not for every importer
+
     cpu, triple = this_cpu()
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,

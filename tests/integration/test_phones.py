@@ -279,6 +279,7 @@ def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
         bare = phonelog.create_session(log, tracker, 0.0, cfg)
         assert bare.get_function("runtime.NumThreads")() == 2  # the phone's own
         phonelog.cleanup(log, bare, None)
+        del bare  # the session ends: the phone is free for the next (else it waits 30 s)
         for threads, affinity in ((1, ""), (1, "big"), (1, "little"), (2, "")):
             profile = resolve_profile("wide", {"wide": {"threads": threads,
                                                         "affinity": affinity}})
@@ -286,5 +287,6 @@ def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
                                               threads=session_threads(profile))
             assert session.get_function("runtime.NumThreads")() == threads, (threads, affinity)
             phonelog.cleanup(log, session, None)
+            del session
     finally:
         group.stop()
