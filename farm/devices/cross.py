@@ -116,10 +116,8 @@ def gpu_default_schedule(mod: IRModule, target: Target,
 
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)  # the pass writes into it
     cut = within_threads(target, max_threads)
-    full = int(cut.attrs.get("max_threads_per_block", 0)) >= DLIGHT_THREADS
-    rules = gpu_default_rules() if full else [dl.gpu.Fallback()]
     with cut:
-        return dl.ApplyDefaultSchedule(*rules)(mod)
+        return dl.ApplyDefaultSchedule(*gpu_default_rules(cut))(mod)
 
 
 def within_threads(target: Target, max_threads: int | None) -> Target:
@@ -136,21 +134,21 @@ def within_threads(target: Target, max_threads: int | None) -> Target:
 def gpu_default_schedule_of(mod: IRModule, target: Target) -> Schedule | None:
     """The schedule (with its trace) the first of TVM's default GPU rules that fits gives the
     function of `mod`; None when none does."""
-    from tvm.s_tir import dlight as dl
-
-    full = int(target.attrs.get("max_threads_per_block", 0)) >= DLIGHT_THREADS
     with target:
-        for rule in gpu_default_rules() if full else [dl.gpu.Fallback()]:
-            space = rule.apply(mod["main"], target, False)  # type: ignore[union-attr]
+        for rule in gpu_default_rules(target):
+            space = rule.apply(mod["main"], target, False)  # type: ignore[attr-defined]
             if space is not None:  # a Schedule, or a list of them (a tunable rule's)
                 return space[0] if isinstance(space, list) else space
     return None
 
 
-def gpu_default_rules() -> list[object]:
+def gpu_default_rules(target: Target) -> list[object]:
     """The dlight rules TVM's generic GPU pipeline schedules an untuned model with, in its
-    order (tvm/relax/backend/gpu_generic/pipeline.py)."""
+    order (tvm/relax/backend/gpu_generic/pipeline.py); below 256 threads a block, only its
+    fallback rule (the others take 256 whatever the target)."""
     from tvm.s_tir import dlight as dl
 
+    if int(target.attrs.get("max_threads_per_block", 0)) < DLIGHT_THREADS:
+        return [dl.gpu.Fallback()]
     return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
             dl.gpu.Fallback()]

@@ -140,7 +140,6 @@ def _build(tree: Path, wheel: Path, out_dir: Path) -> None:
     work.rename(out_dir)
 
 
-
 def phone_opencl(config: FarmConfig, opencl: bool,
                  work_group: int) -> tuple[list[str], tuple[Path, ...], dict[str, str]]:
     """What an emulated phone needs to have an OpenCL device (nothing without `opencl`): its
@@ -161,6 +160,12 @@ LIMITS = {"max_threads_per_block": "max_threads_per_block",
 
 def is_gpu(target: JsonDict) -> bool:
     return target.get("kind") != "llvm"
+
+
+def leaves_out_limits(target: JsonDict) -> bool:
+    """A GPU target that names not all the limits a phone must then tell (not the warp size:
+    TVM's OpenCL runtime reports 1 for every device)."""
+    return is_gpu(target) and any(n not in target for n in LIMITS if n != "thread_warp_size")
 
 
 def phone_limits(remote: RPCSession, kind: str) -> tuple[dict[str, int], str]:
@@ -228,7 +233,7 @@ def fill_limits(target: JsonDict, key: str, tracker: str | None) -> JsonDict:
     """A GPU target with the limits it leaves out read from a phone of `key` (unchanged when
     it names them all, and for a CPU). A ServiceError when it leaves some out and no phone
     can say (no tracker, no phone, no device)."""
-    if not is_gpu(target) or all(name in target for name in LIMITS if name != "thread_warp_size"):
+    if not leaves_out_limits(target):
         return target
     if tracker is None:
         raise UsageError(f"the profile of key {key} leaves out its GPU's limits "

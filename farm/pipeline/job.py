@@ -94,10 +94,9 @@ def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None
 
 def needs_a_phone(config: FarmConfig) -> bool:
     """The profile is a GPU's that leaves out limits a phone must tell (`prepare`)."""
-    from farm.devices.opencl import LIMITS, is_gpu
+    from farm.devices.opencl import leaves_out_limits
 
-    target = resolve_profile(config.device_key, config.profiles).target
-    return is_gpu(target) and any(n not in target for n in LIMITS if n != "thread_warp_size")
+    return leaves_out_limits(resolve_profile(config.device_key, config.profiles).target)
 
 
 def prepare(sub: Submission, tracker: str | None = None) -> Prepared:
