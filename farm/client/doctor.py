@@ -103,6 +103,28 @@ def check_capacity(url: str) -> Check:
                  else "", warn=days is not None and days < WARN_DAYS)
 
 
+def check_host_cores(url: str) -> Check:
+    """Whether every live worker host has the cores its phones need (from its rounds' CPU):
+    a warning per host short of them."""
+    from farm.store import open_store
+    from farm.store.hosts import short_of_cores
+
+    try:
+        hosts = open_store(url).hosts()
+    except Exception as e:  # noqa: BLE001 - one line of the report
+        return Check("worker hosts' cores", False, f"{type(e).__name__}: {e}",
+                     "check the store's URL")
+    short = [line for h in hosts for line in short_of_cores(h)]
+    if short:
+        return Check("worker hosts' cores", True, "; ".join(short),
+                     "a helper host (`farm worker --helper`) searches and builds for a host "
+                     "short of cores; see README: lab", warn=True)
+    measured = [h.name for h in hosts if h.cores_needed]
+    return Check("worker hosts' cores", True,
+                 f"{len(measured)} host(s) measured, each has the cores its phones need"
+                 if measured else "not measured yet (a host measures its rounds' CPU)")
+
+
 def check_archive(url: str) -> Check:
     """Do the live worker hosts share one archive? Each host's heartbeat carries the id its
     archive holds (farm/store/cold.Archive.identity): two ids are two archives (the same
@@ -267,6 +289,7 @@ def run_checks(config: FarmConfig, tracker: str | None, device_key: str) -> list
         if checks[-1].ok:
             checks.append(check_capacity(str(config.store_url)))
             checks.append(check_archive(str(config.store_url)))
+            checks.append(check_host_cores(str(config.store_url)))
     else:
         from farm.local.services import redis_binary
 

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec
-from farm.pipeline.summary import numerics_hint, phone_section
+from farm.pipeline.summary import cpu_line, cpu_section, numerics_hint, phone_section
 from farm.store import RecordStore, TaskState
 from farm.store.store import COUNTERS, total_counts
 
@@ -63,6 +63,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> Json
             "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
             "tasks_finished": finished, "trials_measured": done, "trials_left": left,
             "measurements": total_counts(counts),
+            "cpu": cpu_section(states, done),
             "trials_per_min": round(rate, 2), "elapsed_s": round(elapsed, 1),
             "eta_s": None if eta is None else round(eta, 1), **phones}
 
@@ -126,6 +127,9 @@ def _footer(view: JsonDict) -> list[Text]:
     if m.get("measurements"):
         lines.append(Text(f"phone measurements: {m['measurements']} ({m['new']} new records, "
                           f"{m['duplicates']} measured twice, {m['device_lost']} device lost)"))
+    cpu = cpu_line(view.get("cpu") or {})
+    if cpu:
+        lines.append(Text(cpu))
     for p in view.get("phones", []):
         if p["measurements"] or p["device_lost"]:
             lines.append(Text(f"phone {p['phone']} on {p['worker']}: {p['measurements']} "
@@ -330,5 +334,8 @@ def format_table(summary: JsonDict) -> str:
         lines.append(f"phones: {len(summary['phones'])}, busy "
                      f"{100 * summary['phone_utilization']:.0f} % of the tuning wall "
                      f"({summary['tuning_wall_s']:.0f} s); report.html has their timeline")
+    cpu = cpu_line(summary.get("cpu") or {})
+    if cpu:
+        lines.append(cpu)
     lines.append(f"wall time {summary['wall_s']:.0f} s, job {summary['job_id']}")
     return "\n".join(lines)

@@ -138,6 +138,10 @@ class RoundResult(_Message):
     handed_off: bool = False  # ended early: the rest of its trials went to an idle host
     searched_by: str = ""  # a helper host searched and built its batches (workers/round/borrow.py)
     seeded: int = 0  # of `measured`: its relatives' schedules, carried over (workers/round/transfer.py)
+    # CPU seconds per part on this host (workers/round/account.py) and on the helper host
+    # that searched it, when one did
+    cpu: dict[str, float] = field(default_factory=dict)
+    helper_cpu: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from farm.jobs import finalize as finalize_stage
 from farm.jobs.dispatch import send_round
 from farm.jobs.plan import IN_FLIGHT, AfterRound, next_task, round_of, verdict
 from farm.store import RecordStore, TaskState
+from farm.store.jobs import added
 from farm.store.store import updated
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
                 rounds=max(prior.rounds, req.round_index + 1),
                 history=list(prior.history) + gained,
                 measure_s=prior.measure_s + result.measure_s,
+                cpu=added(prior.cpu, result.cpu),
+                helper_cpu=added(prior.helper_cpu, result.helper_cpu),
                 searched_by=sorted({*prior.searched_by, result.searched_by} - {""}))
 
 

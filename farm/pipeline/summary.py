@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from farm.pipeline import compile as compile_stage
 from farm.store import RecordStore, StoredRecord, TaskState
 from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.hosts import registered_phones
+from farm.store.jobs import added
 from farm.store.phones import job_phones, tuning_wall
 from farm.store.store import COUNTERS, total_counts
 
@@ -58,6 +60,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "valid": st.valid, "errors": st.errors,
             "device_lost": st.device_lost, "retries": row["retries"], "rounds": st.rounds,
             "measure_s": round(st.measure_s, 2),
+            "cpu_s": round(sum(st.cpu.values()) + sum(st.helper_cpu.values()), 2),
             "single_schedule": st.single_schedule,
             "searched_by": st.searched_by,  # helper hosts (workers/round/borrow.py)
             "counts": row,
@@ -73,6 +76,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
         "tasks": rows,
         # every run sent to a phone, counted by the store: duplicates is "measured twice"
         "measurements": total_counts(counts),
+        "cpu": cpu_section(states, sum(measured.values())),
         "latency_us": {"torch": round(bundle.torch_us, 2), "untuned": round(result.untuned_us, 2),
                        "tuned": round(result.tuned_us, 2)},
         "speedup": {"tuned_vs_untuned": round(result.untuned_us / result.tuned_us, 3),
@@ -84,6 +88,30 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
         "library": "model.so", "best_log": "best/",
         "wall_s": round(wall_s, 1),
     }
+
+
+def cpu_section(states: dict[str, TaskState], measured: int) -> JsonDict:
+    """The host CPU seconds of a job's rounds per part (workers/round/account.py), on its phone
+    hosts and on the helper hosts that searched for them, in all and per trial measured."""
+    none: dict[str, float] = {}
+    here = functools.reduce(added, (s.cpu for s in states.values()), none)
+    helpers = functools.reduce(added, (s.helper_cpu for s in states.values()), none)
+    total = sum(here.values()) + sum(helpers.values())
+    return {"phone_hosts_s": here, "helpers_s": helpers, "total_s": round(total, 2),
+            "per_trial_s": round(total / measured, 3) if measured else None}
+
+
+def cpu_line(cpu: JsonDict) -> str | None:
+    """The CPU account in one line, the biggest parts first (None: nothing accounted)."""
+    parts = added(cpu.get("phone_hosts_s") or {}, cpu.get("helpers_s") or {})
+    if not cpu.get("total_s"):
+        return None
+    per = f", {cpu['per_trial_s']:.2f} s a trial" if cpu.get("per_trial_s") else ""
+    split = ", ".join(f"{k} {v:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+                      if v >= 0.05)
+    helpers = (f" ({sum(cpu['helpers_s'].values()):.1f} s on helper hosts)"
+               if cpu.get("helpers_s") else "")
+    return f"host CPU {cpu['total_s']:.1f} s{per}{helpers}: {split}"
 
 
 def best_from(best: StoredRecord | None, job_id: str) -> str | None:

@@ -25,6 +25,10 @@ class HostBeat(_Message):
     cpu: str = ""  # LLVM's name of the host's CPU (what its emulated phones run on)
     addresses: dict[str, list[str]] = field(default_factory=dict)  # key -> its phones' host:port
     rounds: dict[str, int] = field(default_factory=dict)  # key -> its rounds running (gated hosts)
+    cores: int = 0  # the cores this host's rounds may use
+    # key -> the cores its rounds' search, builds and measuring client need to keep the key's
+    # phones busy, from the rounds this host ran (workers/round/gate.py; absent: not measured)
+    cores_needed: dict[str, float] = field(default_factory=dict)
     machine: str = ""  # host name, boot id and PID namespace of its process (farm/jobs/fence.py)
     archive: str = ""  # where its records leave Redis to (passwords redacted)
     archive_id: str = ""  # that archive's id (farm/store/cold.Archive.identity); "" unreadable
@@ -51,7 +55,22 @@ def format_hosts(hosts: list[HostBeat]) -> str:
         for key, c in sorted(h.phones.items()):
             lines.append(f"{h.name:28} {h.tracker:22} {key:16} {c.get('total', 0):5} "
                          f"{c.get('free', 0):5} {c.get('busy', 0):5}  {age}")
-    return "\n".join(lines)
+    short = [line for h in hosts for line in short_of_cores(h)]
+    return "\n".join(lines + ([""] + short if short else []))
+
+
+def short_of_cores(h: HostBeat) -> list[str]:
+    """A line per device key whose phones wait for this host's cores: the cores its search and
+    builds need to keep them busy, the cores it has, how idle that leaves the phones, the fix."""
+    out = []
+    for key, need in sorted(h.cores_needed.items()):
+        if h.cores and need > h.cores:
+            out.append(f"host {h.name} is short of cores for its phones of {key}: their search "
+                       f"and builds need ~{need:.1f} cores to keep them busy, it has {h.cores}; "
+                       f"they idle ~{100 * (1 - h.cores / need):.0f} % of the time for want of "
+                       f"CPU (fix: `farm worker --helper` on another machine lends it cores, "
+                       f"or move some phones to another host)")
+    return out
 
 
 class HostRegistry(ABC):

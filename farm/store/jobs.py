@@ -46,6 +46,9 @@ class TaskState(_Message):
     device_lost: int = 0
     measure_s: float = 0.0  # seconds its batches spent on the phones, over all rounds
     single_schedule: bool = False  # one possible schedule: measured once, never searched
+    # CPU seconds per part of its rounds, on phone hosts and on helper hosts (RoundResult's)
+    cpu: dict[str, float] = field(default_factory=dict)
+    helper_cpu: dict[str, float] = field(default_factory=dict)
     searched_by: list[str] = field(default_factory=list)  # helper hosts that searched its rounds
     updated_at: float = 0.0
     history: list[float] = field(default_factory=list)  # best us after each round
@@ -61,6 +64,11 @@ class TaskState(_Message):
     def outstanding(self) -> bool:
         """Its round (`round`) is queued, waiting or running: the job goes on from there."""
         return self.state in ("queued", "tuning", "waiting")
+
+
+def added(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """Two CPU accounts summed part by part (a task's rounds, a job's tasks)."""
+    return {k: round(a.get(k, 0.0) + b.get(k, 0.0), 3) for k in sorted({*a, *b})}
 
 
 class JobStore(ABC):

@@ -17,6 +17,7 @@ import pytest
 from farm.devices.tracker import phone_address, wait_for_phones
 from farm.local import services
 from farm.store import open_store
+from tests.faults.conftest import wait_until
 from tests.helpers import run_farm
 
 pytestmark = pytest.mark.integration
@@ -58,6 +59,9 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
         summary = json.loads((out / "summary.json").read_text())
         log = (tmp_path / "worker.log").read_text()
         spans = round_spans(log)
+        # the host says how many cores its phones need of it, from its rounds' CPU account
+        hosts = wait_until("a heartbeat with the cores the phones need", lambda: [
+            h for h in open_store(clean_redis).hosts() if h.cores_needed], timeout_s=60)
     finally:
         group.stop()
     assert len(spans) == len(summary["tasks"]) >= 3, spans
@@ -79,3 +83,9 @@ def test_two_rounds_at_once_overlap_and_tune_correctly(clean_redis, example_mode
         assert task["counts"]["new"] == task["trials_measured"], task["counts"]
         assert task["measure_s"] > 0
     assert summary["numerics_ok"]
+    from farm.core.cores import usable_cores
+
+    (host,) = hosts
+    assert host.cores == usable_cores() and set(host.cores_needed) == {"cpu-local"}
+    assert 0 < host.cores_needed["cpu-local"], host
+

@@ -290,3 +290,67 @@ def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
             del session
     finally:
         group.stop()
+
+
+def test_a_rounds_cpu_account_adds_up_to_what_its_processes_spent(tracker, tmp_path):
+    """A round's loop on real phones, its builds and measuring client on the round's helper
+    processes (workers/round/procs.py), as a worker runs it: the CPU seconds it puts on each
+    part (workers/round/pipeline.py) add up, within 10 % and 0.5 s, to what the kernel says
+    this process and the helper processes spent meanwhile."""
+    import functools
+
+    import psutil
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from farm.core.messages import TuneTask
+    from farm.core.profiles import resolve_profile
+    from farm.devices.cross import export_shared
+    from farm.devices.intrinsics import load_for
+    from tests.helpers import tvm_children_without_torch
+    from tests.unit.test_cache import matmul_mod
+    from workers.round.builder import WarmBuilder
+    from workers.round.callback import Provenance, RoundCounters, StoreCallback
+    from workers.round.database import StoreDatabase
+    from workers.round.pipeline import PARTS, Loop, OnPhones
+    from workers.round.procs import for_rounds
+    from workers.round.runner import BoundedRPCRunner
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
+
+    load_for("llvm")
+    store = open_store("memory://")
+    mod, target = matmul_mod(48), tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    store.put_workload(TuneTask(name="mm", workload_key="wk", weight=1,
+                                mod_json=tvm.ir.save_json(mod), target={"kind": "llvm"},
+                                device_key=KEY))
+    profile = resolve_profile(KEY, {KEY: {"threads": 1}})
+    processes = for_rounds(max_uses=1000)  # none recycled: a killed process's CPU is gone
+    me = psutil.Process()
+    before = sum(me.cpu_times()[:2])
+    with tvm_children_without_torch():
+        builder = WarmBuilder(1, 60, 1000, functools.partial(export_shared, None), processes)
+        runner = BoundedRPCRunner(tracker, profile, max_workers=2, run_timeout_s=30,
+                                  processes=processes)
+        try:
+            database = StoreDatabase(store, "wk", mod)
+            tuned = TunedWorkload("wk", database.workload, target)
+            ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                                 search_strategy=StoreAwareSearch(store, tuned, SearchPlan()),
+                                 task_name="mm", rand_state=3, num_threads=1)
+            counters = RoundCounters()
+            loop = Loop(ctx, builder, OnPhones(runner),
+                        ms.CostModel.create("xgb", num_tuning_cores=1),
+                        StoreCallback(store, tuned, Provenance("j", "here", KEY), counters))
+            loop.run(max_trials=32, per_batch=16, database=database)
+            helpers = [psutil.Process(w._proc.pid) for w in processes._all]
+            spent = sum(me.cpu_times()[:2]) - before + sum(sum(p.cpu_times()[:4])
+                                                           for p in helpers)
+        finally:
+            runner.pool.shutdown()
+            builder.shutdown()
+            processes.shutdown()
+    assert counters.valid >= 16 and set(loop.cpu) == set(PARTS)
+    accounted = sum(loop.cpu.values())
+    assert abs(accounted - spent) <= 0.1 * spent + 0.5, (loop.cpu, spent)
+    # the builds (in the helper processes) and the search (in this one) are both there
+    assert loop.cpu["build"] > 0.5 and loop.cpu["search"] > 0.5 and loop.cpu["phones"] > 0

@@ -68,3 +68,40 @@ def test_a_rounds_builder_and_runner_share_one_set(tmp_path):
     builder = ctx.builder(profile)
     assert runner.pool.processes is builder.pool.processes is ctx.processes()
     assert ctx.processes().started == 0  # nothing started until a round needs it
+
+
+def burn(cpu_s: float, child: bool = False, fail: bool = False) -> int:
+    """`cpu_s` CPU seconds in this process, or in a child it waits for (a build's linker)."""
+    import subprocess
+    import sys
+
+    if child:
+        subprocess.run([sys.executable, "-c", f"import time\nt = time.process_time()\n"
+                        f"while time.process_time() - t < {cpu_s}: pass"], check=True)
+    else:
+        t = time.process_time()
+        while time.process_time() - t < cpu_s:
+            pass
+    if fail:
+        raise ValueError("burnt")
+    return os.getpid()
+
+
+def test_each_view_counts_the_cpu_its_calls_took_in_their_processes(processes):
+    """What a round's CPU account (workers/round/account.py) reads: a view's calls' CPU in the
+    helper processes, their waited children (the linker) and a process's start included, a
+    call that raised too; read against what the kernel says the processes spent."""
+    import psutil
+
+    builds, runs = processes.view(1, timeout_s=60), processes.view(1, timeout_s=60)
+    pid = builds.submit(burn, 0.4).result()
+    builds.submit(burn, 0.4, child=True).result()
+    with pytest.raises(ValueError, match="burnt"):
+        runs.submit(burn, 0.3, fail=True).result()
+    times = psutil.Process(pid).cpu_times()
+    spent = times.user + times.system + times.children_user + times.children_system
+    assert processes.started == 1
+    assert builds.cpu_s >= 0.78 and runs.cpu_s >= 0.28  # os.times counts in ticks of 10 ms
+    # the process's whole CPU, its start (TVM's import) included, is told to one view or the other
+    assert abs(builds.cpu_s + runs.cpu_s - spent) < 0.05
+    assert builds.cpu_s > 0.8 + 0.3  # the start landed on its first call, a build

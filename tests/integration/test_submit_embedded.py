@@ -94,6 +94,13 @@ def test_submit_tunes_compiles_and_checks(first_run):
     assert load_log_in_plain_tvm(out / "best", summary) == len(tasks)
     assert (out / "model.so").stat().st_size > 0
     assert "speed-up" in proc.stdout and "default us" in proc.stdout and "best from" in proc.stdout
+    # the host CPU its rounds took, per part (workers/round/account.py), per task and in all
+    cpu = summary["cpu"]
+    assert all(cpu["phone_hosts_s"].get(p, 0) > 0 for p in ("search", "build", "phones")), cpu
+    # (not a round the killed worker ran: its account died with it)
+    assert sum(t["cpu_s"] > 0 for t in tasks) >= len(tasks) // 2, tasks
+    assert 0 < cpu["per_trial_s"] < cpu["total_s"], cpu
+    assert "host CPU" in proc.stdout
     # the workers' logs say what the farm did, not MetaSchedule's INFO lines posing as warnings
     worker_logs = "".join(p.read_text() for p in home.glob("logs/*/worker.log"))
     assert "round 1 of" in worker_logs

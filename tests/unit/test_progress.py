@@ -62,6 +62,25 @@ def test_eta_comes_from_the_measured_rate():
     assert job_view(store, job, now=1200.0)["eta_s"] is None  # finished: no ETA
 
 
+def test_status_shows_the_host_cpu_of_the_rounds_per_part():
+    """The CPU account of the rounds so far (workers/round/account.py), from the task states
+    the rounds' results wrote: on phone hosts and helper hosts, per part, per trial."""
+    from dataclasses import replace
+
+    store = open_store("memory://")
+    job = a_job(store)
+    measure(store, 4)
+    state = store.task_states("j")["a"]
+    store.set_task_state("j", "a", replace(state, helper_cpu={"search": 0.8}, cpu={
+        "search": 1.0, "build": 2.5, "phones": 0.3, "other": 0.2}))
+    view = job_view(store, job, now=1120.0)
+    assert view["cpu"]["total_s"] == 4.8 and view["cpu"]["per_trial_s"] == 1.2, view["cpu"]
+    assert view["cpu"]["helpers_s"] == {"search": 0.8}
+    text = render(view, width=160)
+    assert ("host CPU 4.8 s, 1.20 s a trial (0.8 s on helper hosts): build 2.5, search 1.8, "
+            "phones 0.3, other 0.2") in text, text
+
+
 @pytest.mark.parametrize("width", [40, 60, 80, 120])
 def test_every_line_fits_the_terminal(width):
     store = open_store("memory://")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from farm.core.aliases import CeleryApp
 from farm.core.config import FarmConfig, redact
+from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError, best_effort
 from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
@@ -86,8 +87,24 @@ class Heartbeat(threading.Thread):
             pid=os.getpid(), started_at=self.started_at, beat_at=time.time(),
             cpu=system_cpu(), addresses={k: list(v.phones) for k, v in found.items()},
             rounds={k: self.gate.running(k) for k in found} if self.gate is not None else {},
-            machine=machine(), searches=self.searches, **self._archive()),
+            machine=machine(), searches=self.searches, cores=usable_cores(),
+            cores_needed=self._cores_needed(found), **self._archive()),
             ttl_s=self.ttl_s)
+
+    def _cores_needed(self, found: dict[str, tracker_mod.KeyInfo]) -> dict[str, float]:
+        """Per key: the cores its phones need of this host (a gated host measures its rounds'
+        CPU; workers/round/gate.py), where measured."""
+        if self.gate is None or not found:
+            return {}
+        from workers.round.gate import cores_needed, phone_speed
+
+        host_s, out = self.gate.host_s(), {}
+        for key, info in found.items():
+            need = cores_needed(host_s, phone_speed(self.store, key, info.phones),
+                                len(info.phones))
+            if need is not None:
+                out[key] = round(need, 2)
+        return out
 
     def _archive(self) -> dict[str, str]:
         """The archive this host's records go to and its id, read again every few minutes

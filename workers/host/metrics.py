@@ -9,7 +9,8 @@ Two kinds of series, so that a dashboard over every host adds up to the farm:
   (another `instance`, same values). Dashboards take their `max` over instances, which also
   holds for the one scrape in which the old and the new leader may both serve them.
   `tunefarm_leader{host}` says which host serves them (1), on every host.
-- *per-host* ones (PER_HOST: this host's phones and rounds running, its rounds' times) carry
+- *per-host* ones (PER_HOST: this host's phones and rounds running, its cores and the cores
+  its phones need, its rounds' times) carry
   the label `host` and are served by that host only; a sum over hosts is the farm's.
 
 The farm-wide numbers are read from the store when Prometheus scrapes, not counted in the
@@ -45,7 +46,8 @@ log = logging.getLogger(__name__)
 FARM_WIDE = ("tunefarm_measurements", "tunefarm_failed_candidates", "tunefarm_round_retries",
              "tunefarm_job_tasks", "tunefarm_best_latency_seconds", "tunefarm_rounds_queued",
              "tunefarm_store_workloads", "tunefarm_store_memory_bytes")
-PER_HOST = ("tunefarm_leader", "tunefarm_phones", "tunefarm_rounds_running", *HISTOGRAMS)
+PER_HOST = ("tunefarm_leader", "tunefarm_phones", "tunefarm_rounds_running", "tunefarm_host_cores",
+            "tunefarm_host_cores_needed", *HISTOGRAMS)
 JOB = ["job_id", "model"]  # `job_id`: Prometheus's own `job` is the scrape job
 
 
@@ -98,10 +100,20 @@ class FarmCollector:
                                    labels=["host", "device_key", "state"])
         running = GaugeMetricFamily("tunefarm_rounds_running", "Rounds tuning now on this host",
                                     labels=["host", "device_key"])
+        cores = GaugeMetricFamily("tunefarm_host_cores", "Cores this host's rounds may use",
+                                  labels=["host"])
+        needed = GaugeMetricFamily(
+            "tunefarm_host_cores_needed", "Cores this host's rounds need to keep the key's "
+            "phones busy, measured (above tunefarm_host_cores: the phones wait for CPU)",
+            labels=["host", "device_key"])
         here: dict[str, int] = {}
         for beat in self.store.hosts():
             if beat.name != self.node:
                 continue
+            if beat.cores:
+                cores.add_metric([self.node], beat.cores)
+            for key, need in beat.cores_needed.items():
+                needed.add_metric([self.node, key], need)
             for key, counts in beat.phones.items():
                 here.setdefault(key, 0)
                 for state in ("total", "free", "busy"):
@@ -112,7 +124,7 @@ class FarmCollector:
                 here[job.spec.device_key] = here.get(job.spec.device_key, 0) + tuning
         for key, n in sorted(here.items()):
             running.add_metric([self.node, key], n)
-        yield from (phones, running)
+        yield from (phones, running, cores, needed)
 
     def _jobs(self, jobs: list[ActiveJob]) -> Iterator[Metric]:
         """Per active job (farm-wide): its tasks, the store's counts, failures, best latency."""

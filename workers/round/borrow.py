@@ -146,6 +146,7 @@ class Lent:
     helper: str = ""
     why: str = ""
     ranked_by: str = ""
+    cpu: dict[str, float] = field(default_factory=dict)  # the helper's CPU seconds per part
 
 
 @dataclass
@@ -216,6 +217,7 @@ def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work
             lent.complete = not got.get("error")
             lent.counts = {**lent.counts, **{k: int(v) for k, v in got["counts"].items()}}
             lent.ranked_by = str(got.get("ranked_by", ""))
+            lent.cpu = {str(k): float(v) for k, v in dict(got.get("cpu") or {}).items()}
             lent.why = f"the helper's search failed: {got['error']}" if got.get("error") else ""
             return
         if index and b.stop is not None and b.stop():

@@ -77,19 +77,16 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
                           f"in {host_s:.1f} s: {slower} the slower, kept busy by two")
 
 
-def tree_cpu_s() -> float:
-    """CPU seconds used so far by this process and its children (the round's search threads,
-    its build and run processes)."""
-    import psutil
+def cores_needed(host_s: float | None, phone_s: float | None, phones: int) -> float | None:
+    """The cores a host's rounds need to keep `phones` phones of a key busy: the CPU seconds
+    of a batch (`host_s`, whole-host seconds per batch, times the host's cores) over the
+    phones' time to measure one (BATCH x their mean measurement time `phone_s` / phones).
+    None: not measured yet."""
+    if host_s is None or phone_s is None or phones <= 0 or host_s <= 0 or phone_s <= 0:
+        return None
+    from workers.round.pipeline import BATCH
 
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            continue
-    return total
+    return host_s * usable_cores() / (BATCH * phone_s / phones)
 
 
 class Gate:

@@ -12,7 +12,7 @@ commits the records; the helper commits nothing.
 On the wire (zlib-compressed JSON): a batch {"index", "builder" (who built it: its host, TVM
 and compilers, workers/round/identity.py), "items": [{"record", "lib" (base64 of the built
 kernel), "name"} or {"record", "error"}]}, the last item of the session {"end",
-"counts", "error", "ranked_by"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
+"counts", "error", "ranked_by", "cpu"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
 """
 
 from __future__ import annotations
@@ -134,6 +134,9 @@ class ToPhoneHost:
             raise SessionEnded(f"the phone host ended the session: {self._why()}")
         return [functools.partial(self._result, index, i) for i in range(len(cands))]
 
+    def client_cpu_s(self) -> float:
+        return 0.0  # the phone host's measuring client is the phone host's CPU
+
     def _why(self) -> str:
         return self.sessions.closed(self.sid) or "its beat stopped"
 
@@ -168,7 +171,8 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
              req.round_index + 1, req.task_name, sessions.holder(sid, "owner"))
     with beating(sessions, sid, "helper", ctx.host, ttl_s):
         try:
-            counts, ranked_by = _search(ctx, store, sessions, sid, req, int(payload["trials"]))
+            counts, ranked_by, cpu = _search(ctx, store, sessions, sid, req,
+                                             int(payload["trials"]))
         except SessionEnded as e:
             log.info("helper %s: session %s: %s", ctx.host, sid, e)
             return {"ended": str(e)}
@@ -178,7 +182,7 @@ def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> 
                                                 "error": f"{type(e).__name__}: {e}"}))
             return {"failed": str(e)}
         sessions.push(sid, "batches", pack({"end": True, "counts": counts, "error": None,
-                                            "ranked_by": ranked_by}))
+                                            "ranked_by": ranked_by, "cpu": cpu}))
     return {"session": sid, "counts": counts}
 
 
@@ -194,9 +198,10 @@ def _other_tvm(host: str, payload: JsonDict) -> str | None:
 
 
 def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, sid: str,
-            req: RoundRequest, trials: int) -> tuple[dict[str, int], str]:
+            req: RoundRequest, trials: int) -> tuple[dict[str, int], str, dict[str, float]]:
     """The round's search (workers/round/tuning.py), its batches measured by the phone host,
-    which commits the records and hands off; the search's counts and what ranked it."""
+    which commits the records and hands off; the search's counts, what ranked it and the CPU
+    seconds of its parts here."""
     from workers.round.tuning import Where, Workload, search_round
 
     task = store.get_workload(req.workload_key)
@@ -210,5 +215,5 @@ def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, si
     w = Workload.load(store, task)
     where = Where(ToPhoneHost(sessions, sid, w.tuned, this_host(ctx.host, profile)),
                   lambda *_: None, None, ahead=True)
-    facts, counts = search_round(ctx, store, req, task, w, trials, where)
-    return counts, facts.ranked_by
+    facts, counts, cpu = search_round(ctx, store, req, task, w, trials, where)
+    return counts, facts.ranked_by, cpu

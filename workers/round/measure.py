@@ -22,7 +22,9 @@ from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore, TaskState
+from farm.store.jobs import added
 from farm.store.store import updated
+from workers.round.account import RoundClock, account
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
 from workers.round.pipeline import BATCH
@@ -185,16 +187,13 @@ def _leased(rnd: Round) -> RoundResult:
         holder = store.acquire_lease(req.workload_key, req.job_id, LEASE_TTL_S)
     if holder is not None:
         raise LeaseBusy(holder)
-    from workers.round.gate import tree_cpu_s
-
-    cpu0 = tree_cpu_s() if ctx.gate is not None else 0.0
     try:
         result = _tune(rnd)
     finally:
         best_effort(store.release_lease, req.workload_key, req.job_id)
-    # the host's time per batch, measured (a lent round's is the helper's, not measured here)
+    # the host's CPU per batch, its account's (a lent round's is the helper's, not measured here)
     if ctx.gate is not None and not result.skipped and not result.searched_by:
-        ctx.gate.note_host_s(tree_cpu_s() - cpu0, -(-result.requested // BATCH))
+        ctx.gate.note_host_s(sum(result.cpu.values()), -(-result.requested // BATCH))
     return result
 
 
@@ -226,6 +225,7 @@ def _tune(rnd: Round) -> RoundResult:
     w = Workload.load(store, task)
     single = has_single_schedule(w.mod, w.target)
     runner = ctx.runner(profile, phones)
+    clock = RoundClock(ctx.builder(profile), runner)  # the round's CPU, per part
     # the runner: the batches' time on the phones, and which phone measured what
     callback = StoreCallback(store, w.tuned, Provenance(req.job_id, ctx.host, req.device_key,
                                                         task.name, req.round_id),
@@ -238,14 +238,18 @@ def _tune(rnd: Round) -> RoundResult:
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     try:
         lent = None if single else _borrowed(rnd, t, profile, phones)
+        lent_cpu = {"phones": clock.runner_s()}  # measuring what a helper searched
         if lent is not None and lent.complete:
             return replace(_result(rnd, t.counters, lent.counts,
                                    RoundFacts(t.trials, ranked_by=lent.ranked_by)),
-                           searched_by=lent.helper)
+                           searched_by=lent.helper, cpu=account(lent_cpu, clock.total_s()),
+                           helper_cpu=account(lent.cpu, sum(lent.cpu.values())))
         rest = t.trials - (lent.measured if lent is not None else 0)
-        result = _search_here(rnd, replace(t, trials=max(1, rest)), phones)
+        result, parts = _search_here(rnd, replace(t, trials=max(1, rest)), phones)
+        result = replace(result, cpu=account(added(parts, lent_cpu), clock.total_s()))
         # the helper's part of it: it searched that much
-        return replace(result, requested=t.trials, searched_by=lent.helper) if lent else result
+        return replace(result, requested=t.trials, searched_by=lent.helper,
+                       helper_cpu=account(lent.cpu, sum(lent.cpu.values()))) if lent else result
     except Exception as e:
         if t.counters.store_error is not None and t.counters.store_error is not e:
             raise t.counters.store_error from e  # the store's own error, not what it caused
@@ -282,16 +286,17 @@ def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Len
     return lent
 
 
-def _search_here(rnd: Round, t: Tuning, phones: int) -> RoundResult:
-    """The round's search and builds on this host, a batch ahead of its phones."""
+def _search_here(rnd: Round, t: Tuning, phones: int) -> tuple[RoundResult, dict[str, float]]:
+    """The round's search and builds on this host, a batch ahead of its phones (and the CPU
+    seconds of its parts)."""
     from workers.round.pipeline import OnPhones
 
     ctx, store, req = rnd.ctx, rnd.store, rnd.req
     where = Where(OnPhones(t.runner), t.callback, checker(ctx, store, req),
                   bool(ctx.config.search_ahead), t.callback.provenance.origins)
-    facts, counts = search_round(ctx, store, req, rnd.task, t.w, t.trials, where, t.single,
-                                 phones)
-    return _result(rnd, t.counters, counts, facts)
+    facts, counts, parts = search_round(ctx, store, req, rnd.task, t.w, t.trials, where,
+                                        t.single, phones)
+    return _result(rnd, t.counters, counts, facts), parts
 
 
 def _start(rnd: Round, profile: DeviceProfile) -> int:

@@ -45,7 +45,7 @@ BATCH = 16  # candidates per build/measure batch inside a round
 TVM_LOG = logging.getLogger("tunefarm.metaschedule")
 TVM_LOG.setLevel(logging.WARNING)
 # told each measured batch: its candidates, build results and run results (the store's callback)
-PARTS = ("space", "search", "build", "phones", "tell", "model")  # what a round's wall goes to
+PARTS = ("space", "search", "build", "phones", "tell", "model")  # what a round's time goes to
 OnResults = Callable[[list[MeasureCandidate], list[BuilderResult], list[RunnerResult]], None]
 
 
@@ -64,10 +64,13 @@ class Flight:
 
 class Measure(Protocol):
     """Where a batch is measured: `send` starts it and returns, per candidate, a call that
-    waits for its result."""
+    waits for its result; `client_cpu_s`: the CPU seconds this host's measuring client took
+    so far (its session, upload and timing calls, in the helper processes)."""
 
     def send(self, cands: list[MeasureCandidate], built: list[BuilderResult],
              device: str) -> list[Callable[[], RunnerResult]]: ...
+
+    def client_cpu_s(self) -> float: ...
 
 
 @dataclass
@@ -84,6 +87,15 @@ class OnPhones:
                                         for c, b in ok]) if ok else [])
         return [next(futures).result if b.error_msg is None
                 else functools.partial(RunnerResult, None, str(b.error_msg)) for b in built]
+
+    def client_cpu_s(self) -> float:
+        return helper_cpu_s(self.runner)
+
+
+def helper_cpu_s(part: object) -> float:
+    """CPU seconds a builder's or runner's calls took in their helper processes so far (one of
+    the farm's: workers/round/procs.py; 0 for another)."""
+    return float(getattr(getattr(part, "pool", None), "cpu_s", 0.0))
 
 
 def device_type(target: Target) -> str:
@@ -108,17 +120,29 @@ class Loop:
     # wall seconds of each part: search, build, waiting for the phones, telling the
     # search and store, cost model update
     spent: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    # CPU seconds of each part: this process's (all its threads) while the part ran, and the
+    # helper processes' of its calls: the builds' (linker included) in build, the measuring
+    # client's in phones
+    cpu: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
 
     @contextlib.contextmanager
     def _timed(self, part: str) -> Iterator[None]:
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         try:
             yield
         finally:
             self.spent[part] += time.monotonic() - t0
+            self.cpu[part] += time.process_time() - c0
 
     def run(self, max_trials: int, per_batch: int, database: TVMDatabase) -> None:
         """Batches until the search proposes no more or `max_trials` candidates were sent."""
+        client0 = self.measure.client_cpu_s()
+        try:
+            self._run(max_trials, per_batch, database)
+        finally:
+            self.cpu["phones"] += self.measure.client_cpu_s() - client0
+
+    def _run(self, max_trials: int, per_batch: int, database: TVMDatabase) -> None:
         with self._timed("space"):
             spaces = self.ctx.generate_design_space()
         self.ctx.pre_tuning(max_trials=max_trials, num_trials_per_iter=per_batch,
@@ -149,7 +173,11 @@ class Loop:
 
     def _build(self, cands: list[MeasureCandidate]) -> list[BuilderResult]:
         target = self.ctx.target
-        return list(self.builder.build([BuilderInput(c.sch.mod, target) for c in cands]))
+        b0 = helper_cpu_s(self.builder)
+        try:
+            return list(self.builder.build([BuilderInput(c.sch.mod, target) for c in cands]))
+        finally:
+            self.cpu["build"] += helper_cpu_s(self.builder) - b0
 
     def _send(self, cands: list[MeasureCandidate], built: list[BuilderResult]) -> Flight:
         return Flight(cands, built, self.measure.send(cands, built, device_type(self.ctx.target)))

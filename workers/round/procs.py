@@ -17,6 +17,7 @@ process is recycled after `max_uses` calls (TVM's leak bound); one killed at a d
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -49,15 +50,22 @@ class Processes:
             self._idle.append(worker)
 
     def call(self, fn: Callable[..., T], args: tuple[object, ...],
-             kwargs: dict[str, object] | None, timeout_s: float | None) -> T:
+             kwargs: dict[str, object] | None, timeout_s: float | None,
+             on_cpu: Callable[[float], None] | None = None) -> T:
         """fn(*args, **kwargs) in an idle process; raises TimeoutError after `timeout_s`
-        (that process is killed) and what fn raised."""
+        (that process is killed) and what fn raised. `on_cpu` is told the CPU seconds the
+        call took in that process (a call killed at its deadline tells nothing)."""
         worker = self._take()
         try:
-            worker.send(fn, args, kwargs, timeout_s)
-            return worker.recv()
+            worker.send(timed_call, (fn, args, kwargs), None, timeout_s)
+            ok, value, cpu_s = worker.recv()
         finally:
             self._give(worker)
+        if on_cpu is not None:
+            on_cpu(cpu_s)
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     @property
     def started(self) -> int:
@@ -72,6 +80,30 @@ class Processes:
             for worker in self._all:
                 worker.kill()
             self._all, self._idle = [], []
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process so far: its threads' and its ended children's (a build's
+    linker)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+_REPORTED = [0.0]  # in a helper process: its CPU seconds told so far
+
+
+def timed_call(fn: Callable[..., object], args: tuple[object, ...],
+               kwargs: dict[str, object] | None) -> tuple[bool, object, float]:
+    """fn(*args, **kwargs) in a helper process: (returned, its value or what it raised, the
+    CPU seconds this process took since its last call was told: the call's own, and for its
+    first call the process's start, TVM's imports included)."""
+    try:
+        ok, value = True, fn(*args, **(kwargs or {}))
+    except Exception as e:  # noqa: BLE001 - raised again in the caller's process
+        ok, value = False, e
+    now = cpu_now()
+    spent, _REPORTED[0] = now - _REPORTED[0], now
+    return ok, value, spent
 
 
 def warm_build_process() -> None:
@@ -98,6 +130,17 @@ class Executor:
         self.before: Hook = None
         self.after: Hook = None
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width))
+        self._cpu_s = 0.0
+        self._cpu_lock = threading.Lock()
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds this view's calls took in their processes, so far."""
+        return self._cpu_s
+
+    def _add_cpu(self, s: float) -> None:
+        with self._cpu_lock:
+            self._cpu_s += s
 
     def _call(self, hooks: tuple[Hook, Hook], fn: Callable[..., T], args: tuple[object, ...],
               kwargs: dict[str, object] | None) -> T:
@@ -105,7 +148,7 @@ class Executor:
         try:
             if before is not None:
                 before()
-            return self.processes.call(fn, args, kwargs, self.timeout_s)
+            return self.processes.call(fn, args, kwargs, self.timeout_s, self._add_cpu)
         finally:
             if after is not None:
                 after()

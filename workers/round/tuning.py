@@ -66,14 +66,16 @@ class Where:
 
 def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: TuneTask,
                  w: Workload, trials: int, where: Where, single: bool = False,
-                 phones: int = 0) -> tuple[RoundFacts, dict[str, int]]:
+                 phones: int = 0) -> tuple[RoundFacts, dict[str, int], dict[str, float]]:
     """Search, build and have measured `trials` new candidates of the round's workload: what
-    the round knew when it began, and its search's counts (skipped, fresh, seeded, ...)."""
+    the round knew when it began, its search's counts (skipped, fresh, seeded, ...) and the
+    CPU seconds of each part of it here (`setup`: the cost model and search set up, then
+    pipeline.PARTS)."""
     from workers.round.costmodel import round_model
     from workers.round.pipeline import Searcher
     from workers.round.search import RoundFacts, round_search
 
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     profile = ctx.profile(req.device_key)
     threads = ctx.search_threads(profile)
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
@@ -82,16 +84,17 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     search = round_search(store, task, w.tuned, facts, ctx.config, stop=where.stop,
                           origins=where.origins)
     _log_start(ctx, req, task, facts, (search.cold, len(search.verify)), (phones, threads))
-    setup_s = time.monotonic() - t0
+    setup_s, setup_cpu = time.monotonic() - t0, time.process_time() - c0
     loop = Searcher(w.mod, w.target, search, threads, task.name, req.round_id).loop(
         ctx.builder(profile), where.measure, cost_model, where.on_results, ahead=where.ahead)
     # the search stops at `trials` new; stored proposals use up some of its trials
     loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=w.database)
     log.info("round %s of %s on %s: %d batches in %.1f s: cost model and search set up %.1f "
-             "s, %s", req.round_index + 1, task.name, ctx.host, loop.batches,
-             time.monotonic() - t0, setup_s,
-             ", ".join(f"{part} {s:.1f} s" for part, s in loop.spent.items()))
-    return facts, dict(search.counts)
+             "s, %s; CPU: set up %.1f s, %s", req.round_index + 1, task.name, ctx.host,
+             loop.batches, time.monotonic() - t0, setup_s,
+             ", ".join(f"{part} {s:.1f} s" for part, s in loop.spent.items()), setup_cpu,
+             ", ".join(f"{part} {s:.1f} s" for part, s in loop.cpu.items()))
+    return facts, dict(search.counts), {"setup": setup_cpu, **loop.cpu}
 
 
 def _log_start(ctx: WorkerContext, req: RoundRequest, task: TuneTask, facts: RoundFacts,
