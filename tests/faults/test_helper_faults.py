@@ -69,6 +69,10 @@ def test_a_helper_searches_and_builds_the_phone_hosts_rounds(lab: Farm, tmp_path
              if r.job_id == summary["job_id"]}
     store.close()
     assert hosts == {lab.host(0)}, hosts
+    # the CPU account: the helper's search and builds, the phone host's measuring client
+    cpu = summary["cpu"]
+    assert cpu["helpers_s"]["build"] > 0 and cpu["helpers_s"]["search"] > 0, cpu
+    assert cpu["phone_hosts_s"]["phones"] > 0 and not cpu["phone_hosts_s"]["build"], cpu
     helper_log = (lab.logs / next(p.name for p in lab.logs.glob("helper-*.log"))).read_text()
     assert "searching round 1 of" in helper_log
 
