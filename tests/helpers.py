@@ -309,3 +309,9 @@ def tidy_meta_schedule_loggers() -> None:
                     and not Path(handler.baseFilename).parent.is_dir()):
                 logger.removeHandler(handler)
                 handler.close()
+
+
+def logs_tail(home: Path, chars: int = 1500) -> dict[str, str]:
+    """The end of every log an embedded farm under `home` wrote: what a failed assertion shows."""
+    return {str(log.relative_to(home)): log.read_text(errors="replace")[-chars:]
+            for log in sorted((home / "logs").glob("*/*.log"))}
