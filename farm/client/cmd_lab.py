@@ -87,12 +87,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     """A whole lab farm as local processes in the foreground: Redis (AOF), Flower, a tracker,
     emulated phones and a worker. Ctrl-C stops them all."""
 
-    from farm.core.secrets import secret
+    from farm.core.secrets import flower_auth, secret
     from farm.devices.tracker import wait_for_phones
     from farm.local import services
 
     args.redis_password = args.redis_password or secret("FARM_REDIS_PASSWORD")
-    args.flower_auth = args.flower_auth or secret("FARM_FLOWER_AUTH")
+    args.flower_auth = args.flower_auth or flower_auth()
     if not is_loopback(args.bind):
         missing = [what for what, value in (("FARM_REDIS_PASSWORD", args.redis_password),
                                             ("FARM_FLOWER_AUTH", args.flower_auth)) if not value]
@@ -171,17 +171,18 @@ def flower_command(config: FarmConfig, address: str, port: int, auth: str | None
 
 def cmd_flower(args: argparse.Namespace) -> int:
     """Flower on the farm's broker, loopback unless told otherwise, basic auth from
-    $FARM_FLOWER_AUTH. Workers send task events (`-E`), so rounds show as they run."""
+    $FARM_FLOWER_AUTH or Flower's own $FLOWER_BASIC_AUTH. Workers send task events (`-E`), so rounds show as they run."""
 
     config = config_of(args, broker_url=args.broker)
     if not config.broker_url:
         raise UsageError("Flower watches a lab farm", hint="set FARM_BROKER_URL or pass --broker")
-    from farm.core.secrets import secret
+    from farm.core.secrets import flower_auth
 
-    auth = args.auth or secret("FARM_FLOWER_AUTH")
+    auth = args.auth or flower_auth()
     if auth is None and not is_loopback(args.address):
         raise UsageError(f"Flower on {args.address} without basic auth",
-                         hint="set FARM_FLOWER_AUTH=user:password")
+                         hint="set FARM_FLOWER_AUTH=user:password (or Flower's own "
+                              "FLOWER_BASIC_AUTH)")
     argv, env = flower_command(config, args.address, args.port, auth)
     os.execve(argv[0], argv, {**os.environ, **env})
     return 0  # pragma: no cover

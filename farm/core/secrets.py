@@ -14,7 +14,8 @@ from pathlib import Path
 
 from farm.core.errors import UsageError
 
-SECRET_VARS = ("FARM_BROKER_URL", "FARM_REDIS_URL", "FARM_FLOWER_AUTH", "FARM_REDIS_PASSWORD")
+SECRET_VARS = ("FARM_BROKER_URL", "FARM_REDIS_URL", "FARM_FLOWER_AUTH", "FARM_REDIS_PASSWORD",
+               "FLOWER_BASIC_AUTH")
 
 
 def secret(var: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -58,3 +59,10 @@ def runtime_dir(name: str) -> str:
     path = root / name
     path.mkdir(exist_ok=True, mode=0o700)
     return str(path)
+
+
+def flower_auth(env: Mapping[str, str] | None = None) -> str | None:
+    """Flower's basic auth (user:password): $FARM_FLOWER_AUTH (or its _FILE), else Flower's own
+    $FLOWER_BASIC_AUTH, as a Flower user sets it; None: neither."""
+    env = os.environ if env is None else env
+    return secret("FARM_FLOWER_AUTH", env) or env.get("FLOWER_BASIC_AUTH") or None

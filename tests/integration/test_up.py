@@ -66,7 +66,7 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
             raise AssertionError("Flower did not answer")
         # Prometheus scrapes the worker's /metrics: the phone shows up in its own query API
         query = (f"http://127.0.0.1:{prom_port}/api/v1/query?query="
-                 + urllib.parse.quote('tunefarm_phones{device_key="cpu-local",state="total"}'))
+                 + urllib.parse.quote('sum(tunefarm_phones{device_key="cpu-local"})'))
         series = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not series:

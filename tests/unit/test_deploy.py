@@ -207,3 +207,21 @@ def test_compose_serves_a_provisioned_grafana_on_loopback():
     assert mounts["./deploy/grafana/tunefarm.json"] == f"{folder}/tunefarm.json"
     assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == \
         f"{folder}/tunefarm.json"
+
+
+def test_flower_takes_its_own_basic_auth_variable_beside_the_farms(tmp_path, monkeypatch):
+    """`farm flower` and `farm up`: $FARM_FLOWER_AUTH, else Flower's own $FLOWER_BASIC_AUTH,
+    which reaches Flower in its environment (never a command line); the model reader drops it."""
+    from farm.client.cmd_lab import flower_command
+    from farm.core.config import load_config
+    from farm.core.secrets import flower_auth
+    from farm.pipeline.reader import child_env
+
+    assert flower_auth({"FLOWER_BASIC_AUTH": "ops:pw"}) == "ops:pw"
+    assert flower_auth({"FLOWER_BASIC_AUTH": "ops:pw", "FARM_FLOWER_AUTH": "farm:pw"}) == "farm:pw"
+    assert flower_auth({}) is None
+    config = load_config({}, env={"FARM_HOME": str(tmp_path), "FARM_BROKER_URL": "redis://x:1/0"})
+    argv, env = flower_command(config, "0.0.0.0", 5555, flower_auth({"FLOWER_BASIC_AUTH": "a:b"}))
+    assert env["FLOWER_BASIC_AUTH"] == "a:b" and "a:b" not in " ".join(argv)
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "a:b")
+    assert "FLOWER_BASIC_AUTH" not in child_env()

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 FARM_WIDE = ("tunefarm_measurements", "tunefarm_failed_candidates", "tunefarm_round_retries",
              "tunefarm_job_tasks", "tunefarm_best_latency_seconds", "tunefarm_rounds_queued",
-             "tunefarm_store_workloads", "tunefarm_store_memory_bytes")
+             "tunefarm_store_workloads", "tunefarm_store_memory_used_bytes",
+             "tunefarm_store_memory_max_bytes")
 PER_HOST = ("tunefarm_leader", "tunefarm_phones", "tunefarm_rounds_running", "tunefarm_host_cores",
             "tunefarm_host_cores_needed", *HISTOGRAMS)
 JOB = ["job_id", "model"]  # `job_id`: Prometheus's own `job` is the scrape job
@@ -96,7 +97,8 @@ class FarmCollector:
         """This host's series: its phones by state, its rounds running."""
         from prometheus_client.core import GaugeMetricFamily
 
-        phones = GaugeMetricFamily("tunefarm_phones", "Phones on this host's tracker",
+        phones = GaugeMetricFamily("tunefarm_phones", "Phones on this host's tracker, free "
+                                   "or busy (their sum: the phones)",
                                    labels=["host", "device_key", "state"])
         running = GaugeMetricFamily("tunefarm_rounds_running", "Rounds tuning now on this host",
                                     labels=["host", "device_key"])
@@ -116,7 +118,7 @@ class FarmCollector:
                 needed.add_metric([self.node, key], need)
             for key, counts in beat.phones.items():
                 here.setdefault(key, 0)
-                for state in ("total", "free", "busy"):
+                for state in ("free", "busy"):
                     phones.add_metric([self.node, key, state], counts.get(state, 0))
         for job in jobs:
             tuning = sum(s.state == "tuning" and s.host == self.node for s in job.states.values())
@@ -133,8 +135,9 @@ class FarmCollector:
         tasks = GaugeMetricFamily("tunefarm_job_tasks", "Tasks of an active job by state",
                                   labels=[*JOB, "state"])
         measured = CounterMetricFamily(
-            "tunefarm_measurements", "Phone measurements of an active job, counted by the "
-            "store: measurements, new records, duplicates (measured twice), device_lost",
+            "tunefarm_measurements", "Phone measurements of an active job by outcome, counted "
+            "by the store: a new record, a duplicate (a stored candidate measured twice), "
+            "device_lost (the phone went away); their sum: every measurement",
             labels=[*JOB, "kind"])
         failed = CounterMetricFamily("tunefarm_failed_candidates",
                                      "Candidates of an active job that failed, by class",
@@ -158,7 +161,8 @@ class FarmCollector:
                 failed.add_metric([*ids, cls], n)
             counts = self.store.job_counts(job.spec.job_id)
             for kind, n in total_counts(counts).items():
-                measured.add_metric([*ids, kind], n)
+                if kind != "measurements":  # new + duplicates: the parent of two parts
+                    measured.add_metric([*ids, kind], n)
             retries.add_metric(ids, sum(row.get("retries", 0) for row in counts.values()))
             for wk in job.spec.workload_keys:
                 rec = self.store.best(wk)
@@ -183,12 +187,10 @@ class FarmCollector:
                                 value=len(self.store.workload_keys()))
         memory = self.store.memory()
         if memory is not None:  # its rate: deriv(); full when used reaches max (noeviction)
-            gauge = GaugeMetricFamily("tunefarm_store_memory_bytes",
-                                      "The store's Redis memory: used, and its maxmemory "
-                                      "(0: none)", labels=["kind"])
-            gauge.add_metric(["used"], memory[0])
-            gauge.add_metric(["max"], memory[1])
-            yield gauge
+            yield GaugeMetricFamily("tunefarm_store_memory_used_bytes",
+                                    "The store's Redis memory in use", value=memory[0])
+            yield GaugeMetricFamily("tunefarm_store_memory_max_bytes",
+                                    "The store's Redis maxmemory (0: none)", value=memory[1])
 
 
 def serve(collector: FarmCollector, host: str, port: int,
