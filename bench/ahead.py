@@ -43,6 +43,10 @@ SIDES = {
     "before": {"FARM_SEARCH_AHEAD": "0", "FARM_SEARCH_POPULATION": "512"},
     "ahead": {"FARM_SEARCH_AHEAD": "1", "FARM_SEARCH_POPULATION": "512"},
     "serial": {"FARM_SEARCH_AHEAD": "0", "FARM_SEARCH_POPULATION": "512"},
+    # issue 50 (bench/cpu.md): the search's genetic iterations per batch
+    "iters4": {"FARM_SEARCH_ITERS": "4"},
+    "iters2": {"FARM_SEARCH_ITERS": "2"},
+    "iters3": {"FARM_SEARCH_ITERS": "3"},
 }
 
 
@@ -70,6 +74,7 @@ def main() -> int:
                                   env=SIDES[side])
                 row = {"repeat": r, "side": side, "tuning_s": got["tuning_s"],
                        "trials": got["trials"], "measure_s": round(got["measure_s"], 1),
+                       "cpu_per_trial_s": got["summary"]["cpu"]["per_trial_s"],
                        "log": got["log"]}
                 print(json.dumps(row), flush=True)
                 runs.append(row)
@@ -99,11 +104,11 @@ def _markdown(res: dict[str, Any], first: str, second: str) -> str:
              f"{res['trials']} trials a task, {res['repeats']} runs a side)", "",
              f"`python bench/ahead.py --sides {first},{second}` (see its docstring); {sides}. "
              "Tuned latency: each log timed in 3 fresh processes (bench/latency.py), median.", "",
-             "| repeat | side | tuning s | trials | phones' measure s | tuned us |",
-             "|---|---|---|---|---|---|"]
+             "| repeat | side | tuning s | trials | phones' measure s | host CPU s / trial | "
+             "tuned us |", "|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         lines.append(f"| {r['repeat']} | {r['side']} | {r['tuning_s']} | {r['trials']} | "
-                     f"{r['measure_s']} | {r['tuned_us']} |")
+                     f"{r['measure_s']} | {r.get('cpu_per_trial_s', '-')} | {r['tuned_us']} |")
     m, t = res["median_tuned_us"], res["median_tuning_s"]
     mean = {s: statistics.mean(r["tuned_us"] for r in res["runs"] if r["side"] == s)
             for s in (first, second)}

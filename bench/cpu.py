@@ -18,12 +18,20 @@ bench/zoo.py.
 
 Writes <out>/cpu.json (every run) and prints a table per model and side: CPU s per trial in
 all and per part, the wall, and the ratio of each side to the first.
+
+    python bench/cpu.py --recycle [--builds 192]
+
+The helper processes' recycling alone, with no search in it: the same candidates of a 3x3
+convolution (sampled once) built through the farm's builder on helper processes recycled every
+64 calls and every 1024 (`builder_max_uses`), in turns, the CPU of every call counted as a
+round counts it (workers/round/procs.py: a process's start lands on its first call).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -41,6 +49,10 @@ PARTS = ("setup", "space", "search", "build", "phones", "tell", "model", "other"
 # a side: the settings of `farm submit` (FARM_* variables); "now": the defaults
 SIDES: dict[str, dict[str, str]] = {
     "now": {},
+    # the farm at issue 50's first commit (c1231a6): helper processes recycled every 64 calls,
+    # 4 genetic iterations of the search per batch
+    "before": {"FARM_BUILDER_MAX_USES": "64", "FARM_SEARCH_ITERS": "4"},
+    "iters4": {"FARM_SEARCH_ITERS": "4"},
 }
 
 
@@ -76,6 +88,55 @@ def table(name: str, runs: list[dict[str, Any]], sides: list[str]) -> list[str]:
     return [*lines, ""]
 
 
+def recycling(builds: int) -> int:
+    """CPU per build, helper processes recycled every 64 calls vs 1024 (see the docstring)."""
+    import functools
+
+    import tvm
+    from tvm import te, topi
+    from tvm.s_tir import meta_schedule as ms
+
+    from farm.devices.cross import export_shared
+    from farm.devices.intrinsics import load_for
+    from farm.devices.lean import without_torch
+    from workers.round.builder import WarmBuilder
+    from workers.round.procs import for_rounds
+
+    load_for("llvm")
+    # the helper processes import no torch, as a worker's (farm/devices/lean.py)
+    os.environ["PYTHONPATH"] = without_torch(dict(os.environ))["PYTHONPATH"]
+    x, w = te.placeholder((1, 64, 28, 28), name="x"), te.placeholder((64, 64, 3, 3), name="w")
+    mod = tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.conv2d_nchw(x, w, 1, 1, 1)])})
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name="conv", rand_state=1,
+                         num_threads=1)
+    ctx.pre_tuning(max_trials=builds, num_trials_per_iter=builds,
+                   design_spaces=ctx.generate_design_space())
+    inputs = [ms.builder.BuilderInput(c.sch.mod, target)
+              for c in ctx.generate_measure_candidates()]
+    per: dict[int, list[float]] = {64: [], 1024: []}
+    for k in range(2):
+        for uses in ((64, 1024) if k % 2 == 0 else (1024, 64)):
+            processes = for_rounds(uses)
+            builder = WarmBuilder(1, 60, uses, functools.partial(export_shared, None), processes)
+            try:
+                for i in range(0, len(inputs), 16):  # batches of 16, as a round builds them
+                    for r in builder.build(inputs[i:i + 16]):
+                        if r.artifact_path is not None:
+                            os.remove(r.artifact_path)
+                per[uses].append(builder.pool.cpu_s / len(inputs))
+            finally:
+                builder.shutdown()
+                processes.shutdown()
+            print(json.dumps({"max_uses": uses, "builds": len(inputs),
+                              "cpu_per_build_s": round(per[uses][-1], 4)}), flush=True)
+    a, b = statistics.median(per[64]), statistics.median(per[1024])
+    print(f"CPU per build: recycled every 64 calls {a:.4f} s, every 1024 {b:.4f} s: "
+          f"{b / a:.3f}x ({len(inputs)} builds, 2 runs a side)")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="bottleneck,mobile,transformer")
@@ -83,7 +144,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--sides", default="now", help=f"of {', '.join(SIDES)}")
     p.add_argument("--out", default=str(ROOT / "bench"))
+    p.add_argument("--recycle", action="store_true", help="the helper processes' recycling only")
+    p.add_argument("--builds", type=int, default=192)
     args = p.parse_args()
+    if args.recycle:
+        return recycling(args.builds)
     sides = args.sides.split(",")
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="farm-cpu-") as tmp:

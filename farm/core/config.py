@@ -60,14 +60,12 @@ class FarmConfig:
     worker_concurrency: int = 0
     # build processes; a round builds, then measures, so builds may use every core
     builder_workers: int = field(default_factory=usable_cores)
-    builder_max_uses: int = 64  # a warm build process is recycled after this many builds
-    # threads of a round's search and cost model; 0: the host's cores / worker_concurrency
-    # (a round searches, builds, then measures, so its search may use every core it has)
-    search_cores: int = 0
+    builder_max_uses: int = 1024  # calls a helper process serves, then recycled (bench/cpu.md)
+    search_cores: int = 0  # threads of a round's search and cost model; 0: cores / concurrency
     # schedules MetaSchedule's evolutionary search keeps and evolves for each batch: 8 per
-    # candidate of a batch of 16, as MetaSchedule's default of 512 is for its batches of 64. A
-    # round's search time grows with it (bench/ahead.md, bench/scaling.md)
+    # candidate of a batch of 16, as its 512 is for batches of 64 (bench/ahead.md)
     search_population: int = 128
+    search_iters: int = 2  # its genetic iterations per batch (MetaSchedule: 4; bench/cpu.md)
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
@@ -131,7 +129,8 @@ class FarmConfig:
                               hint=_fix(where, name))
 
         for name in ("phones", "round_trials", "builder_workers", "builder_max_uses",
-                     "host_ttl_s", "search_population", "phone_lost_limit", "hot_records"):
+                     "host_ttl_s", "search_population", "search_iters", "phone_lost_limit",
+                     "hot_records"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.hot_records > 4096:  # the commit script reads the K entries in one call
@@ -282,6 +281,7 @@ _ENV = {
     "builder_max_uses": "FARM_BUILDER_MAX_USES",
     "search_cores": "FARM_SEARCH_CORES",
     "search_population": "FARM_SEARCH_POPULATION",
+    "search_iters": "FARM_SEARCH_ITERS",
     "round_handoff": "FARM_ROUND_HANDOFF",
     "search_ahead": "FARM_SEARCH_AHEAD",
     "borrow_search": "FARM_BORROW_SEARCH",

@@ -187,6 +187,18 @@ def test_search_population_is_a_setting_that_reaches_the_search():
     assert small.population_size == 8 and small.init_min_unmeasured == 8
 
 
+def test_search_iters_is_a_setting_that_reaches_the_search():
+    # 2 genetic iterations per batch, not MetaSchedule's 4 (bench/cpu.md)
+    assert load_config(env={}).search_iters == 2
+    assert load_config(env={"FARM_SEARCH_ITERS": "4"}).search_iters == 4
+    with pytest.raises(UsageError, match="search_iters must be >= 1"):
+        load_config(env={"FARM_SEARCH_ITERS": "0"})
+    from workers.round.search import evolutionary
+
+    assert evolutionary(8, 3).genetic_num_iters == 3
+    assert evolutionary(8).genetic_num_iters == load_config(env={}).search_iters
+
+
 @pytest.mark.parametrize("password", ["a/b", "p@ss", "x:y#z", "q?r&s"])
 def test_a_password_is_redacted_and_url_encoded_whatever_it_holds(password):
     import redis

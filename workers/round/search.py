@@ -139,14 +139,16 @@ def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
     return claims[:VERIFY_TOP]
 
 
-def evolutionary(population: int = 128) -> SearchStrategy:
+def evolutionary(population: int = 128, iters: int = 2) -> SearchStrategy:
     """MetaSchedule's evolutionary search keeping `population` schedules per batch (the
     `search_population` setting). MetaSchedule's default is 512 for batches of 64 (tune_tir's
     num_trials_per_iter); a round's batches are 16, and the farm's default keeps the same 8
     schedules per candidate picked: the search of a batch costs a quarter (it evolves and
-    ranks each schedule of the population 4 times), which is what feeds 8-16 phones."""
+    ranks each schedule of the population `iters` times: the `search_iters` setting), which
+    is what feeds 8-16 phones."""
     return SearchStrategy.create("evolutionary", population_size=population,
-                                 init_min_unmeasured=min(50, population))
+                                 init_min_unmeasured=min(50, population),
+                                 genetic_num_iters=iters)
 
 
 @derived_object
@@ -386,5 +388,6 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
         baseline=not single,
         stop=stop, tvm_version=tvm.__version__, origins=origins)
-    return StoreAwareSearch(store, tuned, plan, inner=evolutionary(config.search_population))
+    return StoreAwareSearch(store, tuned, plan, inner=evolutionary(config.search_population,
+                                                                  config.search_iters))
 
