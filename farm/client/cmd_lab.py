@@ -126,7 +126,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         shown = redact(url)
         print(f"farm up: broker {shown}, flower http://{args.bind}:{args.flower_port}, "
               f"tracker {tracker}, {args.phones} phones of key {args.key}, logs in {log_dir}\n"
-              + (f"prometheus {prometheus} scrapes the worker's /metrics "
+              + (f"prometheus {prometheus} scrapes the worker's and Flower's /metrics "
                  f"(Grafana: deploy/grafana/tunefarm.json)\n" if prometheus else "") +
               f"submit with: FARM_BROKER_URL={shown} farm submit MODEL --out DIR "
               f"--tracker {tracker}\nCtrl-C stops everything.", file=sys.stderr, flush=True)
@@ -146,8 +146,12 @@ def _up_metrics(args: argparse.Namespace, group: ServiceGroup, home: Path,
     from farm.local import services
 
     port = services.free_port()
+    # Flower's /metrics (its events, tasks, workers) needs no login: Prometheus reaches it
+    # where Flower listens (on loopback when it listens everywhere)
+    flower = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
     svc, url = services.start_prometheus(
-        [f"127.0.0.1:{port}"], home / "up-prometheus", log_dir, args.prometheus_port)
+        [f"127.0.0.1:{port}"], home / "up-prometheus", log_dir, args.prometheus_port,
+        flower=f"{flower}:{args.flower_port}")
     group.add(svc)
     return ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"], url
 

@@ -120,6 +120,11 @@ def test_two_hosts_metrics_add_up_to_the_store(farm2, tmp_path: Path):
     assert stable and stable["new"] > 0, "no scrape saw the job's measurements settled"
     done = run_farm(["wait", job_id], tmp_path, env=farm2["env"], timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    # the ended job's series outlive it (KEEP_ENDED_S): a scrape now sees its final counts
+    final, scraped = total_counts(farm2["store"].job_counts(job_id)), scrape_all(farm2)
+    for kind in ("new", "duplicates", "device_lost"):
+        assert sum(values(scraped, "tunefarm_measurements_total", job_id=job_id,
+                          kind=kind).values()) == final[kind], (kind, final)
     check_round_times(farm2, job_id, before)
     check_the_dashboard_in_prometheus(farm2, job_id, last_active)
 

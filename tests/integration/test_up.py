@@ -74,6 +74,15 @@ def test_farm_up_serves_a_password_protected_farm_and_stops_on_ctrl_c(tmp_path):
                 series = json.loads(resp.read())["data"]["result"]
             time.sleep(1)
         assert series and float(series[0]["value"][1]) == 1, series
+        # ... and Flower's /metrics (no login needed there): its own series, scraped
+        query = (f"http://127.0.0.1:{prom_port}/api/v1/query?query="
+                 + urllib.parse.quote('count({job="flower", __name__=~"flower_.+"})'))
+        series = []
+        while time.monotonic() < deadline + 60 and not series:
+            with urllib.request.urlopen(query, timeout=10) as resp:
+                series = json.loads(resp.read())["data"]["result"]
+            time.sleep(1)
+        assert series and float(series[0]["value"][1]) >= 1, series
         children = psutil.Process(up.pid).children(recursive=True)
         assert len(children) >= 6  # redis, flower, prometheus, tracker, phone, worker (and theirs)
         # no secret on a command line: anyone on the host reads /proc/PID/cmdline (`ps`)

@@ -128,6 +128,8 @@ def test_the_dashboard_asks_only_for_metrics_a_worker_serves():
     scrape config and compose agree on the worker's port."""
     import re
 
+    import yaml
+
     exprs = queries(dashboard())
     asked = {m for e in exprs for m in re.findall(r"\b(?:tunefarm|process|python)_\w+", e)}
     served = served_names()
@@ -138,6 +140,9 @@ def test_the_dashboard_asks_only_for_metrics_a_worker_serves():
     scrape = (ROOT / "deploy" / "prometheus.yml").read_text()
     compose = (ROOT / "docker-compose.yml").read_text()
     assert "worker:9464" in scrape and '"--metrics-port", "9464"' in compose
+    jobs = {j["job_name"]: j for j in yaml.safe_load(scrape)["scrape_configs"]}
+    assert jobs["flower"]["static_configs"][0]["targets"] == ["flower:5555"]  # Flower's own
+    assert '"--port", "5555"' in compose
 
 
 def test_the_dashboard_never_sums_a_farm_wide_series():

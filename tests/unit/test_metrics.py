@@ -112,3 +112,38 @@ def test_a_killed_workers_metric_files_are_removed_by_the_next(tmp_path, monkeyp
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == folder
     assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == sorted(
         [live, str(os.getpid())])
+
+
+def test_an_ended_jobs_series_outlive_it_for_a_while_then_end(store):
+    """A scrape after the job ends still sees its final counts and tasks (else its last
+    increments and its `done` never reach Prometheus); KEEP_ENDED_S later they end (else
+    `job_id` grows without bound)."""
+    from workers.host.metrics import KEEP_ENDED_S
+
+    a_farm(store)
+    now = [1000.0]
+    collector = FarmCollector(store, Queues(), "farm@a", leads=lambda: True,  # type: ignore[arg-type]
+                              clock=lambda: now[0])
+
+    def job_series() -> dict[str, float]:
+        return {f"{s.name}:{s.labels.get('state', s.labels.get('kind', ''))}": s.value
+                for f in collector.collect() for s in f.samples
+                if s.labels.get("job_id") == "j1"}
+
+    assert job_series()["tunefarm_measurements_total:new"] == 2
+    store.add_record(rec("c3", 30.0, wk="w1", job="j1"))  # its last measurement, then it ends
+    for wk in ("w1", "w2"):
+        store.set_task_state("j1", wk, TaskState(state="done"))
+    store.set_active("j1", False)
+    now[0] += 1.0
+    after = job_series()
+    assert after["tunefarm_measurements_total:new"] == 3 and after["tunefarm_job_tasks:done"] == 2
+    now[0] += KEEP_ENDED_S - 2
+    assert job_series()["tunefarm_job_tasks:done"] == 2
+    now[0] += 3.0
+    assert job_series() == {}
+    store.set_active("j1", True)  # resumed: served again
+    assert job_series()["tunefarm_job_tasks:done"] == 2
+    other = FarmCollector(store, Queues(), "farm@b", leads=lambda: True)  # type: ignore[arg-type]
+    store.set_active("j1", False)  # a collector that never saw it active does not serve it
+    assert not any(s.labels.get("job_id") == "j1" for f in other.collect() for s in f.samples)

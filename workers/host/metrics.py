@@ -25,6 +25,7 @@ Served on loopback unless told (`metrics_host`): the numbers name jobs and hosts
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,6 +51,9 @@ FARM_WIDE = ("tunefarm_measurements", "tunefarm_failed_candidates", "tunefarm_ro
 PER_HOST = ("tunefarm_leader", "tunefarm_phones", "tunefarm_rounds_running", "tunefarm_host_cores",
             "tunefarm_host_cores_needed", *HISTOGRAMS)
 JOB = ["job_id", "model"]  # `job_id`: Prometheus's own `job` is the scrape job
+# a job's series outlive it by this long: scrapes (every 15-60 s) see its final counts and
+# states; then they end, so that `job_id` does not grow without bound
+KEEP_ENDED_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,13 @@ class FarmCollector:
     farm-wide series while `leads()` says its supervisor leads."""
 
     def __init__(self, store: RecordStore, broker: BrokerQueues, node: str,
-                 leads: Callable[[], bool]) -> None:
+                 leads: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.broker = broker  # the broker's queue lists (read)
         self.node = node
         self.leads = leads
+        self.clock = clock
+        self.ended: dict[str, float | None] = {}  # job seen active -> when it was seen ended
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
@@ -86,8 +92,18 @@ class FarmCollector:
             yield from self._farm(jobs)
 
     def _active(self) -> list[ActiveJob]:
+        """The active jobs, and those this collector saw active that ended less than
+        KEEP_ENDED_S ago: their last counts reach a scrape, then their series end."""
+        now, active = self.clock(), self.store.active_jobs()
+        for job_id in active:
+            self.ended[job_id] = None
+        for job_id, at in list(self.ended.items()):
+            if job_id not in active and at is None:
+                self.ended[job_id] = at = now
+            if at is not None and now - at > KEEP_ENDED_S:
+                del self.ended[job_id]
         out = []
-        for job_id in self.store.active_jobs():
+        for job_id in sorted(self.ended):
             spec = self.store.get_job(job_id)
             if spec is not None:
                 out.append(ActiveJob(spec, self.store.task_states(job_id)))
@@ -132,7 +148,7 @@ class FarmCollector:
         """Per active job (farm-wide): its tasks, the store's counts, failures, best latency."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        tasks = GaugeMetricFamily("tunefarm_job_tasks", "Tasks of an active job by state",
+        tasks = GaugeMetricFamily("tunefarm_job_tasks", "Tasks of an active job by state (its series end 10 minutes after it)",
                                   labels=[*JOB, "state"])
         measured = CounterMetricFamily(
             "tunefarm_measurements", "Phone measurements of an active job by outcome, counted "
