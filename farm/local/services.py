@@ -314,9 +314,8 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
 
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
                      port: int, every_s: int = 5, flower: str = "") -> tuple[Service, str]:
-    """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` (HOST:PORT)
-    and Flower's at `flower` (HOST:PORT, as job `flower`) every `every_s` seconds, keeping its
-    data in `data_dir`; returns it and its URL.
+    """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` and Flower's
+    at `flower` (HOST:PORT) every `every_s` s, its data in `data_dir`; returns it and its URL.
     Prometheus has no authentication of its own, so it binds loopback only: a lab's Grafana
     on another machine scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
     found = shutil.which("prometheus")
@@ -331,8 +330,7 @@ def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
         f"global:\n  scrape_interval: {every_s}s\n  evaluation_interval: {every_s}s\n"
         "scrape_configs:\n  - job_name: tunefarm\n"
         f"    static_configs:\n      - targets: [{listed}]\n"
-        + (f"  - job_name: flower\n    static_configs:\n      - targets: [\"{flower}\"]\n"
-           if flower else "")))
+        + (f"  - job_name: flower\n    static_configs:\n      - targets: [\"{flower}\"]\n" * bool(flower))))
     svc = start("prometheus", [found, f"--config.file={conf}",
                                f"--storage.tsdb.path={data_dir / 'tsdb'}",
                                f"--web.listen-address={LOOPBACK}:{port}"], log_dir)
