@@ -231,10 +231,11 @@ class Farm:
         with farm_store(self.config) as store:
             yield store
 
-    def job(self, job_id: str) -> Job:
-        """A job already on this farm, by its id (`farm status` lists them); a StoreError
-        naming it when the farm has no such job."""
+    def job(self, ref: str) -> Job:
+        """A job already on this farm, by its id or its name (`farm submit --name`; `farm
+        status` lists both); a StoreError naming it when the farm has no such job."""
         with self.store() as store:
+            job_id = store.resolve_job(ref)
             spec = store.require_job(job_id)
             out = store.job_status(job_id).get("out") or spec.options.get("out")
         return Job(self, job_id, Path(out) if out else None)
@@ -255,18 +256,19 @@ class Farm:
                dtype: str = DEFAULT_DTYPE, allow_pickle: bool = False,
                tracker: str | None = None, wait: bool = True, timeout_s: float | None = None,
                wait_for_devices_s: float = 0.0, priority: str = DEFAULT_PRIORITY,
-               force: bool = False, report: Report | None = None,
+               name: str | None = None, force: bool = False, report: Report | None = None,
                on_progress: OnProgress | None = None, progress: bool = False) -> Job:
         """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
         it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
-        --early-stop, `wait=False`: --no-wait, a lab farm only); `trials_per_task` defaults
+        --early-stop, `wait=False`: --no-wait, a lab farm only; `name`: --name, then
+        `Farm.job(name)` finds it); `trials_per_task` defaults
         to 32, and with a job budget `trials` to none (the budget); `trials=0` is no job
         budget, as None (the API's default once; `--trials` is at least 1). `device_key` and
         `round_trials` (and `phones`, the embedded farm's) override the farm's config for
         this job. `progress=True` draws the job's live view while it waits: one output cell
         updated in place in Jupyter, in place on a terminal, else plain lines (stderr)."""
         from farm.pipeline.job import SubmitOptions, submit
-        from farm.pipeline.options import trial_budgets
+        from farm.pipeline.options import check_job_name, trial_budgets
 
         config = self._config(device_key=device_key, round_trials=round_trials,
                               phones=phones)
@@ -277,7 +279,8 @@ class Farm:
                 model=path, out=out, trials_per_task=per_task, trials_budget=budget,
                 early_stop_rounds=early_stop_rounds, input_shape=input_shape, dtype=dtype,
                 allow_pickle=allow_pickle, force=force, wait=wait, timeout_s=timeout_s,
-                tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority)
+                tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority,
+                name=check_job_name(name))
             result = submit(opts, config, report=report or quiet,
                             view=_feed(report, on_progress, progress))
         job = Job(self, result["job_id"], out, out_given=True)

@@ -83,6 +83,8 @@ def _submit_command(sub: Commands) -> None:
     s = sub.add_parser("submit", help="tune a model and compile it with the best configs")
     s.add_argument("model", help=".pt2 (torch.export), .pt (TorchScript) or a pickled nn.Module")
     s.add_argument("--out", required=True, help="results folder (must be new or empty)")
+    s.add_argument("--name", help="a name for the job, unique while it runs: `farm status "
+                                  "NAME`, `farm wait NAME`, `Farm.job(NAME)` find it")
     s.add_argument("--trials-per-task", type=int,
                    help=f"trials per task (default {DEFAULT_TRIALS}; with --trials: a cap per "
                         "task, default none)")

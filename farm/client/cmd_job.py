@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from farm.pipeline.job import SubmitOptions, submit
-    from farm.pipeline.options import trial_budgets
+    from farm.pipeline.options import check_job_name, trial_budgets
 
     config = config_of(args, device_key=args.device_key, round_trials=args.round_trials,
                        phones=args.phones, broker_url=args.broker)
@@ -32,6 +32,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         input_shape=args.input_shape, dtype=args.dtype, allow_pickle=args.allow_pickle,
         force=args.force, wait=not args.no_wait, timeout_s=args.timeout, tracker=args.tracker,
         wait_for_devices_s=args.wait_for_devices, priority=args.priority,
+        name=check_job_name(args.name),
     )
     summary = submit(opts, config, report=report, view=_live_view())
     return _print_summary(summary, opts.out, args.json)
@@ -87,8 +88,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from farm.client.jobs import cancel
 
     with store_of(args) as store:
-        cancel(store, args.job)
-    print(f"job {args.job}: cancelled; rounds not yet started will not run")
+        job_id = cancel(store, args.job)
+    print(f"job {job_id}: cancelled; rounds not yet started will not run")
     return 0
 
 
@@ -105,7 +106,7 @@ def _status(args: argparse.Namespace, store: RecordStore) -> int:
     from farm.client.jobs import views as views_of
     from farm.client.progress import render
 
-    job_ids = [args.job] if args.job else recent(store)
+    job_ids = [store.resolve_job(args.job)] if args.job else recent(store)
     live = getattr(args, "watch", False)
     if live and not args.json and job_ids:  # drawn in place, fitting the terminal (rich)
         from farm.client.progress import watch

@@ -58,7 +58,7 @@ def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> Json
     running = status.get("state", "running") == "running" and finished < len(tasks)
     eta = left / rate * 60 if running and rate > 0 else None
     phones = phone_section(store, job, now=now if running else None)
-    return {"job_id": job.job_id, "model": job.model, "device_key": job.device_key,
+    return {"job_id": job.job_id, "name": job.options.get("name"), "model": job.model, "device_key": job.device_key,
             "store_full": store.full(),
             "priority": job.priority, "run": job.run, "status": status, "tasks": tasks,
             "tasks_finished": finished, "trials_measured": done, "trials_left": left,
@@ -146,7 +146,8 @@ def frame(view: JsonDict, width: int) -> RenderableType:
     task, then the phones."""
     st = view["status"].get("state", "running")
     head = Text(no_wrap=True, overflow="ellipsis")
-    head.append(f"job {view['job_id']}", style="bold")
+    head.append(f"job {view['job_id']}" + (f" {view['name']}" if view.get("name") else ""),
+                style="bold")
     head.append(f" ({view['model']}, {view['device_key']}, {st})")
     totals = Text(f"{view['tasks_finished']}/{len(view['tasks'])} tasks, "
                   f"{view['trials_measured']} trials measured at "

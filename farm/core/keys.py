@@ -181,6 +181,11 @@ def jobs_index() -> str:
     return key_for("jobs")
 
 
+def job_names() -> str:
+    """Hash: a job's name (`farm submit --name`) -> the job it was last given to."""
+    return key_for("job-names")
+
+
 # --- worker hosts ------------------------------------------------------------
 def host(name: str) -> str:
     """String: the host's heartbeat JSON (tracker, keys, phone counts); expires after the config's host_ttl_s."""

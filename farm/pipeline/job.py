@@ -174,6 +174,9 @@ def dispatch_job(farm: Farm, sub: Submission, prep: Prepared,
         check_same_tasks(old, prep, opts.model)
         job_id, run = resume, old.run + 1
         farm.store.reset_job(job_id)
+    if opts.name and (holder := farm.store.claim_name(opts.name, job_id)) is not None:
+        raise UsageError(f"the name is held by job {holder}, which runs", subject=f"--name "
+                         f"{opts.name}", hint=f"pick another name, or `farm cancel {holder}`")
     plans = plan_stage.plan(
         tasks, {t.workload_key: farm.store.record_count(t.workload_key) for t in tasks},
         {t.workload_key for t in tasks if farm.store.exhausted(t.workload_key)},
@@ -314,7 +317,8 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
                          "its `farm submit`", subject=f"job {job_id}",
                          hint=f"`farm resume {job_id}` continues it on a new embedded farm")
     with connect(config, require_devices=False) as farm:
-        job = farm.store.require_job(job_id)
+        job = farm.store.require_job(farm.store.resolve_job(job_id))  # an id or a name
+        job_id = job.job_id
         opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s,
                                       allow_pickle=allow_pickle)
         farm.tracker = opts.tracker

@@ -6,6 +6,7 @@ of one name mean the same here (`trial_budgets`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class SubmitOptions:
     # the CPU a host_cpu profile is tuned for (None: found now, see target_cpu); a resumed
     # job keeps its own
     target_cpu: str | None = None
+    name: str | None = None  # `--name`: held by this job while it runs (check_job_name)
 
     def to_job_options(self) -> JsonDict:
         """What `farm resume` and `farm wait` need to redo the client's part of the job."""
@@ -65,7 +67,7 @@ class SubmitOptions:
                 "trials_per_task": self.trials_per_task, "trials_budget": self.trials_budget,
                 "early_stop_rounds": self.early_stop_rounds, "input_shape": self.input_shape,
                 "dtype": self.dtype, "allow_pickle": self.allow_pickle, "tracker": self.tracker,
-                "priority": self.priority}
+                "priority": self.priority, "name": self.name}
 
     @classmethod
     def from_job(cls, job: JobSpec, out: Path | None = None, *, force: bool = False,
@@ -88,4 +90,15 @@ class SubmitOptions:
                    tracker=o.get("tracker"),
                    priority=o.get("priority", DEFAULT_PRIORITY),
                    target_cpu=str(job.target.get("mcpu", "")), force=force, wait=wait,
-                   timeout_s=timeout_s, allow_pickle=allow_pickle)
+                   timeout_s=timeout_s, allow_pickle=allow_pickle, name=o.get("name"))
+
+
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")  # never a job id (those start with a digit)
+
+
+def check_job_name(name: str | None) -> str | None:
+    """`farm submit --name`: a letter, then up to 63 letters, digits, '.', '_' or '-'."""
+    if name is not None and not NAME.fullmatch(name):
+        raise UsageError("a job name is a letter, then up to 63 letters, digits, '.', '_' or "
+                         "'-'", subject=f"--name {name!r}", hint="e.g. --name mobilenet-v2.nightly")
+    return name

@@ -68,7 +68,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "message": st.message,
         })
     return {
-        "job_id": job.job_id, "model": bundle.path, "format": bundle.fmt,
+        "job_id": job.job_id, "name": job.options.get("name"), "model": bundle.path, "format": bundle.fmt,
         "device_key": job.device_key, "target": job.target,
         "trials_per_task": job.trials_per_task,
         "inputs": [list(x.shape) for x in bundle.inputs],

@@ -9,6 +9,8 @@ Contract (tests/unit/test_store_*.py, every implementation):
 - The counters are atomic increments (many workers at once); `job_counts` has every name of
   COUNTERS, 0 where unset. `add_record` counts measurements, new and duplicates itself.
 - `reset_job` forgets a job's progress but keeps its spec and its counters.
+- A job's name (`farm submit --name`) is held by one running job at a time: `claim_name`
+  takes it atomically, from no one or from a job that does not run; `job_named` reads it.
 """
 
 from __future__ import annotations
@@ -138,6 +140,32 @@ class JobStore(ABC):
 
     @abstractmethod
     def set_active(self, job_id: str, active: bool) -> None: ...
+
+    @abstractmethod
+    def claim_name(self, name: str, job_id: str) -> str | None:
+        """Give `name` to `job_id` unless another job holds it and has not ended (its id is
+        returned, and the name stays with it); None when the name is `job_id`'s now."""
+
+    @abstractmethod
+    def job_named(self, name: str) -> str | None:
+        """The id of the job `name` was last given to, or None."""
+
+    def resolve_job(self, ref: str) -> str:
+        """A job id, or a name (`farm submit --name`), as the id of its job; a StoreError
+        that says how to find jobs when it is neither."""
+        if self.get_job(ref) is not None:
+            return ref
+        named = self.job_named(ref)
+        if named is None:
+            raise StoreError("no job of this id or name", subject=f"job {ref}",
+                             hint="`farm status` lists jobs with their names")
+        return named
+
+    def holds_name(self, holder: str | None, job_id: str) -> bool:
+        """Whether `holder` (a name's job) keeps the name from `job_id`: another job that
+        runs (not one that ended, nor one whose dispatch never finished)."""
+        return bool(holder) and holder != job_id and \
+            self.job_status(str(holder)).get("state") == "running"
 
 
 def total_counts(counts: dict[str, dict[str, int]]) -> dict[str, int]:

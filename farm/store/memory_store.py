@@ -54,6 +54,7 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
         self._counts: dict[str, dict[str, dict[str, int]]] = {}
         self._rounds: dict[str, dict[str, int]] = {}  # logical id -> starts/ends
         self._active: set[str] = set()
+        self._names: dict[str, str] = {}  # a job name (`farm submit --name`) -> its job
         self._hosts: dict[str, tuple[HostBeat, float]] = {}  # name -> (beat, expires at)
         self._model_workloads: dict[str, set[str]] = {}
         self._model_families: dict[str, dict[str, str]] = {}
@@ -360,6 +361,16 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
     def set_active(self, job_id: str, active: bool) -> None:
         with self._lock:
             (self._active.add if active else self._active.discard)(job_id)
+
+    def claim_name(self, name: str, job_id: str) -> str | None:
+        with self._lock:
+            if self.holds_name(holder := self._names.get(name), job_id):
+                return holder
+            self._names[name] = job_id
+            return None
+
+    def job_named(self, name: str) -> str | None:
+        return self._names.get(name)
 
     def lead(self, owner: str, ttl_s: float) -> bool:
         return self._take("supervisor", owner, ttl_s) is None

@@ -264,6 +264,24 @@ class RedisStore(RedisRecords, RedisSpool, RecordStore, RedisPhoneLedger):
         else:
             self.r.srem(keys.active_jobs(), job_id)
 
+    def claim_name(self, name: str, job_id: str) -> str | None:
+        with self.r.pipeline() as pipe:
+            while True:  # two submits of one name: the second sees the first's, or retries
+                try:
+                    pipe.watch(keys.job_names())
+                    holder = pipe.hget(keys.job_names(), name)
+                    if self.holds_name(holder, job_id):
+                        return str(holder)
+                    pipe.multi()
+                    pipe.hset(keys.job_names(), name, job_id)
+                    pipe.execute()
+                    return None
+                except redis.WatchError:
+                    continue
+
+    def job_named(self, name: str) -> str | None:
+        return self.r.hget(keys.job_names(), name)
+
     def lead(self, owner: str, ttl_s: float) -> bool:
         return self._take(keys.supervisor(), owner, ttl_s) is None
 

@@ -81,6 +81,8 @@ ROWS = [
         "usage", ("--dtype", "float33", "float32")),
     # budgets
     Row("trials-zero", submit("small.pt2", "--trials", "0"), "usage", ("--trials:", ">= 1")),
+    Row("name-like-a-job-id", submit("small.pt2", "--name", "20261207-1"), "usage",
+        ("--name", "a letter")),
     Row("trials-negative", submit("small.pt2", "--trials", "-1"), "usage", ("--trials:", "-1")),
     Row("trials-per-task-zero", submit("small.pt2", "--trials-per-task", "0"), "usage",
         ("--trials-per-task", ">= 1")),

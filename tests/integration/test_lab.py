@@ -366,12 +366,22 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
     model = mlp_model(tmp_path / "progress.pt2", [30, 15])
     wait_devices(lab, tmp_path, {HOST1, HOST2})
     proc = run_farm(["submit", str(model), "--trials-per-task", "32", "--round-trials", "32",
-                     "--out", str(tmp_path / "p"), "--no-wait"], tmp_path, env=lab["env"])
+                     "--out", str(tmp_path / "p"), "--no-wait", "--name", "progress.demo"],
+                    tmp_path, env=lab["env"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_id = json.loads(proc.stdout)["job_id"]
     app = make_app(load_config({"broker_url": lab["redis"]}))
     seen, deadline = None, time.monotonic() + 600
     try:
+        # the job's name finds it; a second job of that name is refused while it runs
+        named = run_farm(["status", "progress.demo", "--json"], tmp_path, env=lab["env"])
+        assert named.returncode == 0, named.stderr[-2000:]
+        assert [(v["job_id"], v["name"]) for v in json.loads(named.stdout)] == [
+            (job_id, "progress.demo")]
+        twin = run_farm(["submit", str(model), "--trials-per-task", "4", "--no-wait", "--out",
+                         str(tmp_path / "twin"), "--name", "progress.demo"], tmp_path,
+                        env=lab["env"])
+        assert twin.returncode == 2 and f"held by job {job_id}" in twin.stderr, twin.stderr
         while seen is None and time.monotonic() < deadline:
             for task_id, t in flower_tasks(lab).items():
                 if not task_id.startswith(job_id):
@@ -389,7 +399,8 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
                     break
             time.sleep(0.5)
     finally:
-        run_farm(["cancel", job_id], tmp_path, env=lab["env"], timeout_s=60)
+        cancelled = run_farm(["cancel", "progress.demo"], tmp_path, env=lab["env"], timeout_s=60)
+    assert cancelled.returncode == 0 and job_id in cancelled.stdout, cancelled.stderr
     assert seen is not None, "Flower never showed a round in PROGRESS"
     task_id, task, meta = seen
     assert "progress:fused" in task["name"] and "round 1" in task["name"]
@@ -424,9 +435,10 @@ def test_the_python_api_submits_to_the_lab_and_waits_later(lab, tmp_path, monkey
     on_lab = farm.Farm(broker=lab["redis"], settings={"round_trials": 2})
     assert not on_lab.embedded
     job = on_lab.submit(net, example_inputs=(torch.randn(2, 19),), trials_per_task=2,
-                        out=tmp_path / "out", wait=False)
+                        out=tmp_path / "out", wait=False, name="api-job")
     assert job.summary is None  # dispatched, not finished
     assert job.status()["job_id"] == job.job_id
+    assert on_lab.job("api-job").job_id == job.job_id  # found by its name
     summary = job.wait(timeout_s=600)
     assert summary["job_id"] == job.job_id and summary["numerics_ok"]
     assert (tmp_path / "out" / "model.so").is_file()

@@ -50,3 +50,40 @@ def test_every_phone_measurement_is_counted_and_a_second_one_is_a_duplicate(stor
                                              "device_lost": 1, "retries": 0}}
     store.reset_job("j1")  # `farm resume`: the counters cover every run of the job
     assert store.job_counts("j1")["wk"]["duplicates"] == 1
+
+
+def test_a_name_is_held_by_one_running_job_at_a_time(store):
+    import threading
+
+    import pytest
+
+    from farm.core.errors import StoreError
+
+    for job_id in ("j1", "j2", "j3"):
+        store.put_job(JobSpec(job_id=job_id, model="m", device_key="k", target={},
+                              trials_per_task=4, round_trials=4, workload_keys=["a"],
+                              task_names={"a": "x"}, weights={"a": 1}, created_at=1.0))
+    store.set_job_status("j1", state="running")
+    assert store.claim_name("nightly", "j1") is None and store.job_named("nightly") == "j1"
+    assert store.claim_name("nightly", "j1") is None  # its own: kept (a resumed job)
+    store.set_job_status("j2", state="running")
+    assert store.claim_name("nightly", "j2") == "j1"  # j1 runs: refused, the name stays
+    assert store.resolve_job("nightly") == "j1" and store.resolve_job("j2") == "j2"
+    store.set_job_status("j1", state="finalized")
+    assert store.claim_name("nightly", "j2") is None  # j1 ended: the name moves to j2
+    assert store.resolve_job("nightly") == "j2"
+    with pytest.raises(StoreError, match="no job of this id or name"):
+        store.resolve_job("weekly")
+    # two jobs claim one free name at once: one gets it, the other is told who has it
+    store.set_job_status("j2", state="cancelled")
+    store.set_job_status("j3", state="running")
+    got: dict[str, str | None] = {}
+    threads = [threading.Thread(target=lambda j=j: got.update({j: store.claim_name("race", j)}))
+               for j in ("j2", "j3")]
+    store.set_job_status("j2", state="running")
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winner = store.job_named("race")
+    assert sorted(got.values(), key=str) == sorted([None, winner], key=str), got
