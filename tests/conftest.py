@@ -79,3 +79,23 @@ def _meta_schedule_logger_per_module() -> None:
 @pytest.fixture(autouse=True)
 def _meta_schedule_logger_per_test() -> None:
     tidy_meta_schedule_loggers()
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `make dist` builds, made once per test run from the files git tracks, copied
+    (a build/ folder left in the checkout would hand the wheel files the package data does
+    not name)."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, check=True, capture_output=True,
+                             text=True).stdout.split()
+    work = tmp_path_factory.mktemp("wheel")
+    for name in tracked:
+        if (root / name).is_file():
+            (work / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, work / "src" / name)
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir",
+                            str(work / "dist"), str(work / "src")], capture_output=True,
+                           text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    return next((work / "dist").glob("tunefarm-*.whl"))
