@@ -59,7 +59,7 @@ def check_cross_compiler(profile: DeviceProfile) -> str:
 
 def check_store(url: str) -> str:
     from farm.store import open_store
-    from farm.store.redis_store import redact
+    from farm.store.redis.store import redact
 
     store = open_store(url)
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@
                                                every client follows the promoted replica
 
 PASSWORD is the Redis nodes' password and the sentinels' (`requirepass` in both). Celery
-and kombu get the same farm in their own form (`celery_broker`); farm/store/redis_url.py
+and kombu get the same farm in their own form (`celery_broker`); farm/store/redis/url.py
 opens the connections.
 """
 

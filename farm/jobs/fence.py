@@ -4,7 +4,7 @@ and a round that keeps killing its process is given up (a poison round).
 Delivery is at-least-once (acks_late, a redelivery after a dead worker, a copy the
 supervisor sends again), measurement must be at-most-once. Every copy of a round
 shares the round's logical id (`RoundRequest.logical_id`); before it measures, a copy
-takes the round's lease in the store (atomic SET-if-free, see farm/store/lease.lua):
+takes the round's lease in the store (atomic SET-if-free, see farm/store/redis/lease.lua):
 
 - the round is done (`finish_round`, written by the lease's holder only): the copy does
   not run;

@@ -31,10 +31,10 @@ def open_store(url: str | None, hot_records: int = HOT_RECORDS,
     cold = Archive(archive) if archive else None
     local = LocalFeatures(features) if features else None
     if url is None or url.startswith("memory://"):
-        from farm.store.memory_store import MemoryStore
+        from farm.store.memory.store import MemoryStore
 
         return MemoryStore(hot_records, cold)  # features in memory: one process
-    from farm.store.redis_store import RedisStore
+    from farm.store.redis.store import RedisStore
 
     return RedisStore(url, hot_records, cold, local)
 

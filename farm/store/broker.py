@@ -35,7 +35,7 @@ class BrokerQueues:
     @property
     def client(self) -> RedisClient:
         if self._client is None:
-            from farm.store.redis_url import client
+            from farm.store.redis.url import client
 
             self._client = client(self.url, decode=True)
         return self._client

@@ -1,4 +1,4 @@
-"""How a measurement is kept in Redis: compactly (farm/store/redis_records.py).
+"""How a measurement is kept in Redis: compactly (farm/store/redis/records.py).
 
 Every measured candidate has an **entry** in its workload's records hash: what deduplication,
 the best and accounting need, in tens of bytes (`<run us, 7 significant digits>|<failure

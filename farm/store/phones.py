@@ -18,15 +18,11 @@ phone's totals (busy, measurements, device lost) and to their job's list, in ord
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from farm.core import keys
-from farm.core.aliases import JsonDict, RedisClient
+from farm.core.aliases import JsonDict
 from farm.core.messages import _Message
 
 SPANS_KEPT = 100_000  # spans kept per job, about (batches of them: the oldest dropped beyond)
@@ -168,79 +164,7 @@ class PhoneLedger(ABC):
         """The job's spans, in the order they were noted."""
 
 
-class RedisPhoneLedger(PhoneLedger):
-    """The ledger on Redis (mixed into RedisStore: `r` is its client)."""
-
-    r: RedisClient
-    rb: RedisClient  # replies as bytes
-
-    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
-        if not spans:
-            return
-        pipe = self.r.pipeline()
-        for sp in spans:
-            hkey = keys.phone(sp.key, sp.phone)
-            pipe.sadd(keys.phone_index(), f"{sp.key}|{sp.phone}")
-            pipe.hincrbyfloat(hkey, "busy_s", sp.seconds)
-            pipe.hincrby(hkey, "measurements", 1)
-            if sp.outcome == "device_lost":
-                pipe.hincrby(hkey, "device_lost", 1)
-            pipe.hset(hkey, mapping={"worker": sp.worker, "last_at": repr(sp.end)})
-        pipe.execute()
-        # a batch's spans as one compressed item: they repeat their job, task, round and
-        # phones (~360 bytes of JSON a span as items of their own, a fifth of it so)
-        pipe = self.rb.pipeline()
-        for job_id in {sp.job_id for sp in spans}:
-            mine = [sp.to_json() for sp in spans if sp.job_id == job_id]
-            pipe.rpush(keys.job_phone_spans(job_id),
-                       zlib.compress(json.dumps(mine, separators=(",", ":")).encode(), 6))
-            pipe.ltrim(keys.job_phone_spans(job_id), -SPANS_KEPT // 4, -1)
-            pipe.expire(keys.job_phone_spans(job_id), keys.JOB_TTL_S)
-        pipe.execute()
-
-    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
-        pipe = self.r.pipeline()
-        pipe.sadd(keys.phone_index(), f"{key}|{phone}")
-        pipe.hincrbyfloat(keys.phone(key, phone), "work_s", seconds)
-        pipe.hset(keys.phone(key, phone), "worker", worker)
-        pipe.execute()
-
-    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
-                   aside_s: float) -> float:
-        losses = keys.phone_losses(key, phone)
-        pipe = self.r.pipeline()
-        pipe.zadd(losses, {repr(at): at})
-        pipe.zremrangebyscore(losses, "-inf", at - window_s)
-        pipe.zcard(losses)
-        pipe.expire(losses, max(1, round(window_s)))
-        if pipe.execute()[2] < limit:
-            return 0.0
-        until = at + aside_s
-        pipe = self.r.pipeline()
-        pipe.sadd(keys.phone_index(), f"{key}|{phone}")
-        pipe.hset(keys.phone(key, phone), "aside_until", repr(until))
-        pipe.delete(losses)
-        pipe.execute()
-        return until
-
-    def phone_stats(self) -> list[PhoneStat]:
-        members = sorted(self.r.smembers(keys.phone_index()))
-        pipe = self.r.pipeline()
-        for m in members:
-            pipe.hgetall(keys.phone(*m.split("|", 1)))
-        return [_stat(m, raw) for m, raw in zip(members, pipe.execute(), strict=True)]
-
-    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
-        out = []
-        for item in self.rb.lrange(keys.job_phone_spans(job_id), 0, -1):
-            if item[:1] == b"{":  # one span as JSON (a store written before)
-                out.append(PhoneSpan.loads(item.decode()))
-            else:
-                out.extend(PhoneSpan.from_json(d) for d in json.loads(zlib.decompress(item)))
-        return out
-
-
-def _stat(member: str, raw: dict[str, str]) -> PhoneStat:
+def phone_stat(member: str, raw: dict[str, str]) -> PhoneStat:
     key, phone = member.split("|", 1)
     return PhoneStat(phone=phone, key=key, worker=raw.get("worker", ""),
                      busy_s=float(raw.get("busy_s", 0)), work_s=float(raw.get("work_s", 0)),
@@ -248,61 +172,3 @@ def _stat(member: str, raw: dict[str, str]) -> PhoneStat:
                      device_lost=int(raw.get("device_lost", 0)),
                      last_at=float(raw.get("last_at", 0)),
                      aside_until=float(raw.get("aside_until", 0)))
-
-
-class MemoryPhoneLedger(PhoneLedger):
-    """The ledger in memory (mixed into MemoryStore), with the Redis one's semantics."""
-
-    def __init__(self) -> None:
-        self._phone_lock = threading.Lock()
-        self._phones: dict[str, dict[str, str]] = {}
-        self._spans: dict[str, list[str]] = {}
-        self._losses: dict[str, list[float]] = {}
-
-    def _add(self, key: str, phone: str, **fields: float | str) -> None:
-        row = self._phones.setdefault(f"{key}|{phone}", {})
-        for name, value in fields.items():
-            if isinstance(value, str):
-                row[name] = value
-            else:
-                row[name] = json.dumps(float(row.get(name, 0)) + value)
-
-    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
-        with self._phone_lock:
-            for sp in spans:
-                self._add(sp.key, sp.phone, busy_s=sp.seconds, measurements=1,
-                          device_lost=1 if sp.outcome == "device_lost" else 0,
-                          worker=sp.worker, last_at=repr(sp.end))
-                spans_of = self._spans.setdefault(sp.job_id, [])
-                spans_of.append(sp.dumps())
-                del spans_of[:-SPANS_KEPT]
-
-    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
-        with self._phone_lock:
-            self._add(key, phone, work_s=seconds, worker=worker)
-
-    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
-                   aside_s: float) -> float:
-        with self._phone_lock:
-            losses = [t for t in self._losses.get(f"{key}|{phone}", []) if t > at - window_s]
-            losses.append(at)
-            self._losses[f"{key}|{phone}"] = losses
-            if len(losses) < limit:
-                return 0.0
-            self._losses.pop(f"{key}|{phone}")
-            self._add(key, phone, aside_until=repr(at + aside_s))
-            return at + aside_s
-
-    def phone_stats(self) -> list[PhoneStat]:
-        with self._phone_lock:
-            rows = {m: dict(raw) for m, raw in self._phones.items()}
-        out = []
-        for m, raw in sorted(rows.items()):
-            for name in ("measurements", "device_lost"):
-                raw[name] = str(int(float(raw.get(name, 0))))
-            out.append(_stat(m, raw))
-        return out
-
-    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
-        with self._phone_lock:
-            return [PhoneSpan.loads(raw) for raw in self._spans.get(job_id, [])]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from farm.core import keys
 from farm.core.aliases import RedisClient
-from farm.store import redis_url
+from farm.store.redis import url as redis_url
 
 SESSION_TTL_S = 3600  # a session's keys are gone this long after its last write
 

@@ -1,5 +1,5 @@
 """A commit whose reply is lost is sent again by redis-py's retry: the store must answer it
-as the first time and count the measurement once (farm/store/keep_best.lua's attempt id).
+as the first time and count the measurement once (farm/store/redis/keep_best.lua's attempt id).
 Reproduced with a real Redis behind a loopback proxy that drops the connection after the
 commit reached Redis and before its reply reached the client."""
 

@@ -1,4 +1,4 @@
-"""The store on Redis: thin I/O (records: redis_records.py; the atomic keep-best is
+"""The store on Redis: thin I/O (records: records.py; the atomic keep-best is
 keep_best.lua)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from farm.core.aliases import RedisClient, RedisScript
 from farm.core.config import redact
 from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec
-from farm.store import redis_url
 from farm.store.hosts import HostBeat
-from farm.store.phones import RedisPhoneLedger
-from farm.store.redis_records import KEEP_BEST, REMOVE, RedisRecords, Replicas, lua_script
-from farm.store.redis_spool import RedisSpool
+from farm.store.redis import url as redis_url
+from farm.store.redis.phones import RedisPhoneLedger
+from farm.store.redis.records import KEEP_BEST, REMOVE, RedisRecords, Replicas, lua_script
+from farm.store.redis.spool import RedisSpool
 from farm.store.store import HOT_RECORDS, RecordStore, TaskState, counts_of
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class _State(TypedDict):
 
 class RedisStore(RedisRecords, RedisSpool, RecordStore, RedisPhoneLedger):
     """A `RecordStore` on one Redis database. Drops its clients when pickled. Its records:
-    farm/store/redis_records.py, its spool: redis_spool.py; `hot_records` whole records per
+    farm/store/redis/records.py, its spool: spool.py; `hot_records` whole records per
     workload stay in Redis, the others go to `archive` (farm/store/cold.py)."""
 
     def __init__(self, url: str, hot_records: int = HOT_RECORDS,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from farm.core.messages import JobSpec, TuneTask
 from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
-from farm.store.memory_spool import MemorySpool
-from farm.store.phones import MemoryPhoneLedger
+from farm.store.memory.phones import MemoryPhoneLedger
+from farm.store.memory.spool import MemorySpool
 from farm.store.store import (
     COUNTERS,
     HOT_RECORDS,
