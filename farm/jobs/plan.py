@@ -146,10 +146,13 @@ def verdict(req: RoundRequest, result: RoundResult, facts: AfterRound) -> Verdic
 IN_FLIGHT = 2  # rounds of one budgeted job in flight at once (keeps the phones busy)
 
 
-def round_of(job: JobSpec, wk: str, index: int, trials: int) -> RoundRequest:
-    """Round `index` of workload `wk` of a budgeted job, as the planner sends it."""
+def round_of(job: JobSpec, wk: str, index: int, trials: int,
+             max_rounds: int | None = None) -> RoundRequest:
+    """Round `index` of workload `wk` of `job`, as it is sent: a task's first (its plan's
+    `max_rounds`) and, in a budgeted job, every later one (the job's)."""
     return RoundRequest(
         job_id=job.job_id, workload_key=wk, task_name=job.task_names.get(wk, wk),
         round_index=index, trials=trials, target_trials=job.trials_per_task,
-        max_rounds=job.max_rounds, device_key=job.device_key, model=job.model, run=job.run,
+        max_rounds=job.max_rounds if max_rounds is None else max_rounds,
+        device_key=job.device_key, model=job.model, run=job.run,
         priority=PRIORITIES.get(job.priority, PRIORITIES["normal"]))

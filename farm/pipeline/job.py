@@ -21,7 +21,7 @@ from pathlib import Path
 from farm.core.aliases import JsonDict
 from farm.core.config import FarmConfig
 from farm.core.errors import UnmeasuredError, UsageError
-from farm.core.messages import PRIORITIES, JobSpec, RoundRequest
+from farm.core.messages import JobSpec
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
 from farm.devices.evaluate import session_threads
@@ -228,11 +228,7 @@ def send_first_rounds(farm: Farm, job: JobSpec, plans: list[plan_stage.TaskPlan]
                     state="done", message="job budget allocated to other tasks",
                     updated_at=time.time()))
                 continue
-        first = RoundRequest(
-            job_id=job_id, workload_key=p.task.workload_key, task_name=p.task.name,
-            round_index=0, trials=trials, target_trials=job.trials_per_task,
-            max_rounds=p.max_rounds, device_key=job.device_key, model=job.model,
-            run=job.run, priority=PRIORITIES[job.priority])
+        first = plan_stage.round_of(job, p.task.workload_key, 0, trials, p.max_rounds)
         # the state names the round before it is sent: a lost send is the supervisor's to redo
         farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
             state="queued", message="round 1 queued", updated_at=time.time(),
