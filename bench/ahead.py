@@ -8,7 +8,7 @@ embedded default (a private Redis, tracker and 2 emulated phones of 1 thread, a 
 each run, so no run starts from another's records), `--trials` trials per task in one round
 per task, with the side's settings (SIDES):
 - now: the defaults (a round searches batch k+1 while batch k is measured,
-  workers/round/pipeline.py; an evolutionary population of 128 per batch of 16);
+  workers/round/loop.py; an evolutionary population of 128 per batch of 16);
 - before: the farm before 2026-12-05 (search, build, measure one after another, as
   MetaSchedule's tune_tir does, FARM_SEARCH_AHEAD=0; population 512, MetaSchedule's default);
 - ahead / serial: a batch ahead or not, population 512 both (the 2026-12-05 run).

@@ -70,7 +70,7 @@ class FarmConfig:
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
     # 1: a round searches and builds its next batch while the phones measure the last one
-    # (workers/round/pipeline.py); 0: one after the other, as MetaSchedule's tune_tir does
+    # (workers/round/loop.py); 0: one after the other, as MetaSchedule's tune_tir does
     search_ahead: int = 1
     # a round lends its search and builds to a helper host (`farm worker --helper`,
     # workers/round/borrow.py): "auto" when this host is short of cores for its phones,

@@ -25,7 +25,7 @@ import numpy as np
 
 from farm.core.aliases import IRModule
 from farm.core.errors import ExtractError, IngestError, UsageError
-from farm.pipeline.archive import (
+from farm.pipeline.modelfile import (
     PICKLE_HINT,
     PICKLE_REFUSED,
     listed,

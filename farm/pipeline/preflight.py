@@ -15,7 +15,7 @@ from farm.core.errors import ServiceError, UsageError, last_line
 from farm.core.messages import PRIORITIES
 from farm.core.profiles import DeviceProfile, canonical_target, known_keys, resolve_profile
 from farm.pipeline import ingest as ingest_stage
-from farm.pipeline.archive import check_model
+from farm.pipeline.modelfile import check_model
 from farm.pipeline.options import SubmitOptions
 from farm.store import RecordStore, configured_store
 

@@ -295,7 +295,7 @@ def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
 def test_a_rounds_cpu_account_adds_up_to_what_its_processes_spent(tracker, tmp_path):
     """A round's loop on real phones, its builds and measuring client on the round's helper
     processes (workers/round/procs.py), as a worker runs it: the CPU seconds it puts on each
-    part (workers/round/pipeline.py) add up, within 10 % and 0.5 s, to what the kernel says
+    part (workers/round/loop.py) add up, within 10 % and 0.5 s, to what the kernel says
     this process and the helper processes spent meanwhile."""
     import functools
 
@@ -312,7 +312,7 @@ def test_a_rounds_cpu_account_adds_up_to_what_its_processes_spent(tracker, tmp_p
     from workers.round.builder import WarmBuilder
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.database import StoreDatabase
-    from workers.round.pipeline import PARTS, Loop, OnPhones
+    from workers.round.loop import PARTS, Loop, OnPhones
     from workers.round.procs import for_rounds
     from workers.round.runner import BoundedRPCRunner
     from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload

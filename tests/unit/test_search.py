@@ -78,13 +78,13 @@ class SpyRunner:
 
 
 def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True, spy=None):
-    """A round's loop (workers/round/pipeline.py) on this CPU: the search `ahead` or not."""
+    """A round's loop (workers/round/loop.py) on this CPU: the search `ahead` or not."""
     from tvm.s_tir import meta_schedule as ms
 
     from workers.round.builder import WarmBuilder
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.database import StoreDatabase
-    from workers.round.pipeline import Loop, OnPhones
+    from workers.round.loop import Loop, OnPhones
     from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     database = StoreDatabase(store, wk, mod)

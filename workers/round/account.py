@@ -3,7 +3,7 @@
 A round's CPU is its own process's (every thread: the search, the cost model, the store's
 client) and its calls in the helper processes it shares with the next rounds of its process
 (workers/round/procs.py: the builds, linker included, and the measuring client's session,
-upload and timing calls). The loop (workers/round/pipeline.py) splits what it spends into
+upload and timing calls). The loop (workers/round/loop.py) splits what it spends into
 its parts; `setup` is the cost model and the search set up before it; `other` is the rest of
 the round (loading the workload, the reference kernel, a lent round's batches received and
 committed).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from workers.round.pipeline import PARTS, helper_cpu_s
+from workers.round.loop import PARTS, helper_cpu_s
 
 CPU_PARTS = ("setup", *PARTS, "other")
 

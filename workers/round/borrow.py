@@ -60,7 +60,7 @@ from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
 from workers.round.identity import BuildIdentity, this_host
 from workers.round.lend import BEAT_S, beating, results_blob, session_ttl, unpack
-from workers.round.pipeline import OnPhones
+from workers.round.loop import OnPhones
 from workers.round.rounds import LEASE_TTL_S, Round
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phone
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
     if host_s is None:
         return None
-    from workers.round.pipeline import BATCH
+    from workers.round.loop import BATCH
 
     per_batch = BATCH * ((phone_s or functools.partial(_phone_s, ctx, store, profile))()
                          or 0.0) / max(1, phones)

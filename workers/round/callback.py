@@ -79,7 +79,7 @@ def outcome(built: BuilderResult, ran: RunnerResult) -> tuple[str | None, str, l
 
 
 class StoreCallback:
-    """The store's side of a measured batch (workers/round/pipeline.py tells it each batch):
+    """The store's side of a measured batch (workers/round/loop.py tells it each batch):
     every candidate's record committed, classified, counted, stamped with what built it (this
     host: `built_by`; a lent batch: its helper's); which phone measured what."""
 

@@ -1,6 +1,6 @@
 """The batches a round's search proposed and has not been told the results of yet.
 
-A round's search runs one batch ahead of the phones (workers/round/pipeline.py): it proposes
+A round's search runs one batch ahead of the phones (workers/round/loop.py): it proposes
 batch k+1 while batch k is measured, so up to two of its batches wait for their results,
 which are told in the order the batches were proposed. A candidate of batch k+1 that batch k
 holds too (the random first batch and the evolutionary search do not know each other's

@@ -3,7 +3,7 @@
 A phone host short of cores lends the search and builds of a round to a helper host (`farm
 worker --helper`: cores, no phones) through a search session (farm/store/sessions.py;
 the phone host's side: workers/round/borrow.py). The helper runs the round's own loop
-(workers/round/pipeline.py) with the same store-aware search, cost model and builder a
+(workers/round/loop.py) with the same store-aware search, cost model and builder a
 phone host would, a batch ahead of the phones; only where a batch is measured differs
 (`ToPhoneHost`): each built batch goes to the phone host, the candidates' records and their
 built kernels inside, and the loop waits for its measurements to come back. The phone host
@@ -116,7 +116,7 @@ def beating(sessions: SearchSessions, sid: str, side: str, name: str,
 
 @dataclass
 class ToPhoneHost:
-    """The helper's `Measure` (workers/round/pipeline.py): a built batch goes to the phone
+    """The helper's `Measure` (workers/round/loop.py): a built batch goes to the phone
     host; each candidate's result is waited for (in order: the loop joins the oldest batch)."""
 
     sessions: SearchSessions

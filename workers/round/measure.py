@@ -27,7 +27,7 @@ from farm.store.store import updated
 from workers.round.account import RoundClock, account
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
-from workers.round.pipeline import BATCH
+from workers.round.loop import BATCH
 from workers.round.rounds import LEASE_TTL_S, Round
 from workers.round.tuning import Where, Workload, search_round
 
@@ -264,7 +264,7 @@ def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Len
     """The round's search and builds lent to a helper host (workers/round/borrow.py), when
     this host is short of cores and a helper has room; None: not lent."""
     from workers.round.borrow import Borrowing, Helpers, lend, wanted
-    from workers.round.pipeline import device_type
+    from workers.round.loop import device_type
 
     alive = Helpers.read(rnd.store)
     why = wanted(rnd.ctx, rnd.store, profile, phones, alive)
@@ -289,7 +289,7 @@ def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Len
 def _search_here(rnd: Round, t: Tuning, phones: int) -> tuple[RoundResult, dict[str, float]]:
     """The round's search and builds on this host, a batch ahead of its phones (and the CPU
     seconds of its parts)."""
-    from workers.round.pipeline import OnPhones
+    from workers.round.loop import OnPhones
 
     ctx, store, req = rnd.ctx, rnd.store, rnd.req
     where = Where(OnPhones(t.runner), t.callback, checker(ctx, store, req),

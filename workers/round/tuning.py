@@ -14,11 +14,11 @@ from farm.core.aliases import IRModule, Target
 from farm.core.messages import RoundRequest, TuneTask
 from farm.store import RecordStore
 from workers.round.context import WorkerContext
-from workers.round.pipeline import BATCH
+from workers.round.loop import BATCH
 
 if TYPE_CHECKING:
     from workers.round.database import StoreDatabase
-    from workers.round.pipeline import Measure, OnResults
+    from workers.round.loop import Measure, OnResults
     from workers.round.search import RoundFacts, TunedWorkload
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     CPU seconds of each part of it here (`setup`: the cost model and search set up, then
     pipeline.PARTS)."""
     from workers.round.costmodel import round_model
-    from workers.round.pipeline import Searcher
+    from workers.round.loop import Searcher
     from workers.round.search import RoundFacts, round_search
 
     t0, c0 = time.monotonic(), time.process_time()

@@ -1,5 +1,5 @@
 """A .pt2 is data; one crafted to carry a pickle is refused and its payload never runs
-(farm/pipeline/archive.py: the archive read without torch, then torch held to tensors)."""
+(farm/pipeline/modelfile.py: the archive read without torch, then torch held to tensors)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_a_pickle_the_configs_do_not_name_is_refused_while_loading(tmp_path):
 
 
 def test_plain_archives_load_and_compiled_code_is_named(tmp_path):
-    from farm.pipeline.archive import pickled_payloads
+    from farm.pipeline.modelfile import pickled_payloads
 
     plain = _plain(tmp_path)
     assert pickled_payloads(plain) == []
@@ -130,7 +130,7 @@ def test_a_pt2_named_like_a_folder_of_its_own_is_gated_and_held(tmp_path, name):
     nothing to refuse, and the opaque object's pickle ran as the file loaded."""
     import torch
 
-    from farm.pipeline import archive, ingest
+    from farm.pipeline import ingest, modelfile
 
     marker = tmp_path / "ran"
     src = tmp_path / "plain" / f"{name}.pt2"
@@ -140,24 +140,24 @@ def test_a_pt2_named_like_a_folder_of_its_own_is_gated_and_held(tmp_path, name):
     assert zipfile.ZipFile(src).namelist()[0].startswith(f"{name}/data/")
     evil = _opaque(src, tmp_path / f"{name}.pt2", marker)
     with pytest.raises(UsageError, match="constant obj"):
-        archive.check_model(evil, None, allow_pickle=False)
+        modelfile.check_model(evil, None, allow_pickle=False)
     with pytest.raises(UsageError, match="not plain tensors"):  # loaded past the gate: held
         ingest.load(evil, None, "float32", allow_pickle=False)
     assert not marker.exists()
-    assert archive.check_model(src, None, allow_pickle=False) == "torch.export"
+    assert modelfile.check_model(src, None, allow_pickle=False) == "torch.export"
 
 
 def test_an_entry_outside_the_archives_folder_is_refused(tmp_path):
     """torch reads `<folder of the first entry>/<name>`: an entry elsewhere is something the
     gate and torch would read differently."""
-    from farm.pipeline import archive
+    from farm.pipeline import modelfile
 
     plain = _plain(tmp_path)
     odd = _rewrite(plain, tmp_path / "odd.pt2", lambda n, d: d)
     with zipfile.ZipFile(odd, "a") as z:
         z.writestr("other/data/constants/opaque_obj_0", b"x")
     with pytest.raises(Exception, match="outside the archive's folder"):
-        archive.check_model(odd, None, allow_pickle=False)
+        modelfile.check_model(odd, None, allow_pickle=False)
 
 
 def _script(tmp_path: Path, source: str, make: str = "M") -> Path:
@@ -251,12 +251,12 @@ def test_a_torchscript_forward_hook_that_writes_a_file_is_refused(tmp_path):
 
 
 def test_torchscript_code_that_runs_as_it_loads_is_refused_before_loading(tmp_path):
-    from farm.pipeline import archive
+    from farm.pipeline import modelfile
 
     evil = _script(tmp_path, SETS_STATE)
     with pytest.raises(UsageError, match="__setstate__"):
-        archive.check_model(evil, [(1, 4)], allow_pickle=False)
-    assert archive.check_model(evil, [(1, 4)], allow_pickle=True) == "torchscript"
+        modelfile.check_model(evil, [(1, 4)], allow_pickle=False)
+    assert modelfile.check_model(evil, [(1, 4)], allow_pickle=True) == "torchscript"
 
 
 def test_a_pt2_whose_graph_reads_a_file_is_refused(tmp_path, monkeypatch):

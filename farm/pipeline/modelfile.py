@@ -186,7 +186,7 @@ def tensors_only(torch: ModuleType, path: Path) -> Iterator[None]:
     own fallback for sample inputs that fail to load weights-only) is refused, and so is
     any plain unpickling (`pickle.loads`, torch's `_pickle_load_obj`: how torch.export.load
     reads opaque and custom objects), whatever the archive's configs said
-    (farm/pipeline/archive.py read them; they can lie)."""
+    (farm/pipeline/modelfile.py read them; they can lie)."""
     import pickle
 
     refused = UsageError("this torch.export file holds a pickle that is not plain tensors; "
