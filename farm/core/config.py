@@ -73,7 +73,7 @@ class FarmConfig:
     # (workers/round/loop.py); 0: one after the other, as MetaSchedule's tune_tir does
     search_ahead: int = 1
     # a round lends its search and builds to a helper host (`farm worker --helper`,
-    # workers/round/borrow.py): "auto" when this host is short of cores for its phones,
+    # workers/round/lent.py): "auto" when this host is short of cores for its phones,
     # "always" whenever a helper is alive, "never"
     borrow_search: str = "auto"
     # a lent round takes its search back when its helper sends no batch within this long

@@ -62,7 +62,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "measure_s": round(st.measure_s, 2),
             "cpu_s": round(sum(st.cpu.values()) + sum(st.helper_cpu.values()), 2),
             "single_schedule": st.single_schedule,
-            "searched_by": st.searched_by,  # helper hosts (workers/round/borrow.py)
+            "searched_by": st.searched_by,  # helper hosts (workers/round/lent.py)
             "counts": row,
             "state": st.state,
             "message": st.message,

@@ -1,5 +1,5 @@
-"""A lent round on the phone host's side (workers/round/borrow.py `lend`) on a real Redis, with
-a scripted helper (claims the session, beats, pushes batches as workers/round/lend.py does)
+"""A lent round on the phone host's side (workers/round/lent.py `lend`) on a real Redis, with
+a scripted helper (claims the session, beats, pushes batches as workers/round/helper.py does)
 and phones that count what they are sent: who built a batch and whether it is measured, the
 deadline per batch, the workload's lease while the round waits for its helper."""
 
@@ -76,7 +76,7 @@ class App:
         self.threads.append(t)
 
     def _helper(self, payload):
-        from workers.round.lend import beating, pack
+        from workers.round.helper import beating, pack
 
         s, sc = SearchSessions(self.url), self.script
         sid = payload["session"]
@@ -147,7 +147,7 @@ def run_lent(lab: Lab, script: Script, deadline_s: float = 180, wait_s: float = 
              app_type: type[App] = App):
     """The phone host lends a round to the scripted helper: (how it went or None when it did
     not return within `wait_s`, the phones)."""
-    from workers.round import borrow
+    from workers.round import lent as phone_side
     from workers.round.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.context import WorkerContext
     from workers.round.rounds import Round
@@ -162,8 +162,8 @@ def run_lent(lab: Lab, script: Script, deadline_s: float = 180, wait_s: float = 
     phones = Phones()
     callback = StoreCallback(lab.store, lab.tuned, Provenance(JOB, ctx.host), RoundCounters())
     got: list = []
-    t = threading.Thread(target=lambda: got.append(borrow.lend(
-        borrow.Borrowing(rnd, phones, callback, lab.tuned, 16), "cpu", room=-1)), daemon=True)
+    t = threading.Thread(target=lambda: got.append(phone_side.lend(
+        phone_side.LentRound(rnd, phones, callback, lab.tuned, 16), "cpu", room=-1)), daemon=True)
     t.start()
     t.join(wait_s)
     script.stop.set()  # a helper still beating stops (a lend that never returned then ends)
@@ -230,7 +230,8 @@ def test_a_helper_of_another_tvm_builds_nothing_for_the_round(lab, monkeypatch):
     once, before any search, rather than have every batch refused."""
     import tvm
 
-    from workers.round import borrow, lend
+    from workers.round import helper as helper_side
+    from workers.round import lent as phone_side
     from workers.round.context import WorkerContext
 
     served: list = []
@@ -238,10 +239,10 @@ def test_a_helper_of_another_tvm_builds_nothing_for_the_round(lab, monkeypatch):
     class HelperApp(App):
         def _helper(self, payload):
             config = load_config(env={"FARM_BROKER_URL": lab.url, "FARM_HOST_TTL_S": "9"})
-            served.append(lend.serve_session(WorkerContext(config, tracker="", host=HELPER),
+            served.append(helper_side.serve_session(WorkerContext(config, tracker="", host=HELPER),
                                              lab.store, payload))
 
-    monkeypatch.setattr(borrow, "TVM_VERSION", "0.26.0", raising=False)  # the phone host's
+    monkeypatch.setattr(phone_side, "TVM_VERSION", "0.26.0", raising=False)  # the phone host's
     lent, phones = run_lent(lab, Script(identity(), lab.records), app_type=HelperApp)
     assert lent is not None and not lent.complete and phones.batches == []
     assert served and "refused" in served[0]

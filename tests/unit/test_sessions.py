@@ -1,5 +1,5 @@
-"""A round's search lent to a helper (farm/store/sessions.py, workers/round/lend.py and
-borrow.py): the session's contract on a real Redis, the wire format, and when a phone host
+"""A round's search lent to a helper (farm/store/sessions.py, workers/round/helper.py and
+lent.py): the session's contract on a real Redis, the wire format, and when a phone host
 lends its search."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def test_a_batch_and_its_results_cross_the_wire_intact(tmp_path):
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+    from workers.round.helper import batch_blob, results_blob, runner_results, unpack
     from workers.round.identity import BuildIdentity
-    from workers.round.lend import batch_blob, results_blob, runner_results, unpack
 
     lib = tmp_path / "build" / "tmp.so"
     lib.parent.mkdir()
@@ -151,31 +151,31 @@ class Profile:
 ])
 def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper, phones, lends):
     from farm.jobs.dispatch import SEARCH_QUEUE
-    from workers.round import borrow
+    from workers.round import lent as phone_side
 
-    monkeypatch.setattr(borrow, "usable_cores", lambda: 2)
+    monkeypatch.setattr(phone_side, "usable_cores", lambda: 2)
     store = Hosts([Beat("farm@phones", ["tune.k"])]
                   + ([Beat("farm@helper", [SEARCH_QUEUE])] if helper else []))
-    why = borrow.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones,
-                        borrow.Helpers.read(store))
+    why = phone_side.wanted(Ctx(Config(mode)), store, Profile(host_cpu), phones,
+                        phone_side.Helpers.read(store))
     assert (why is not None) == lends, why
 
 
 def test_a_lending_host_runs_a_round_more_per_helper_session_it_holds_or_is_free(
         monkeypatch, clean_redis, sessions):
     from farm.jobs.dispatch import SEARCH_QUEUE
-    from workers.round import borrow
+    from workers.round import lent as phone_side
 
-    monkeypatch.setattr(borrow, "usable_cores", lambda: 1)
+    monkeypatch.setattr(phone_side, "usable_cores", lambda: 1)
     store = Hosts([Beat("farm@phones", ["tune.k"]), Beat("farm@h1", [SEARCH_QUEUE], 2),
                    Beat("farm@h2", [SEARCH_QUEUE], 1)])
     ctx = Ctx(Config("auto", clean_redis), host="farm@phones")
-    assert borrow.Helpers.read(store) == borrow.Helpers(("farm@h1", "farm@h2"), 3)
-    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 3  # all free
+    assert phone_side.Helpers.read(store) == phone_side.Helpers(("farm@h1", "farm@h2"), 3)
+    assert phone_side.lend_rounds(ctx, store, Profile(), 8) == 3  # all free
     sessions.open(sessions.session_id("farm@other", "r", "1"), "farm@other", 5, room=3)
     sessions.open(sessions.session_id("farm@other", "r", "2"), "farm@other", 5, room=3)
-    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 1  # another host holds two
+    assert phone_side.lend_rounds(ctx, store, Profile(), 8) == 1  # another host holds two
     sessions.open(sessions.session_id("farm@phones", "r", "3"), "farm@phones", 5, room=3)
-    assert borrow.lend_rounds(ctx, store, Profile(), 8) == 1  # its own one, none free
-    assert borrow.lend_rounds(ctx, store, Profile(), 1) == 0  # 1 phone on 1 core: not short
-    assert borrow.lend_rounds(ctx, store, Profile(host_cpu=True), 8) == 0
+    assert phone_side.lend_rounds(ctx, store, Profile(), 8) == 1  # its own one, none free
+    assert phone_side.lend_rounds(ctx, store, Profile(), 1) == 0  # 1 phone on 1 core: not short
+    assert phone_side.lend_rounds(ctx, store, Profile(host_cpu=True), 8) == 0

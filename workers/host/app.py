@@ -106,7 +106,7 @@ def build_app(config: FarmConfig, tracker: str, node: str,
         return tune_round(process, self, payload)
 
     def search_task(payload: JsonDict) -> JsonDict:
-        from workers.round.lend import serve_session
+        from workers.round.helper import serve_session
 
         ctx, store = process.context()
         return serve_session(ctx, store, payload)

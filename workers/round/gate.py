@@ -22,7 +22,7 @@ measure faster than the host builds (M < H) share its cores with the search, and
 the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
 for such phones, two otherwise.
 
-A host that lends its rounds' search to helper hosts (workers/round/borrow.py) runs more:
+A host that lends its rounds' search to helper hosts (workers/round/lent.py) runs more:
 its own two, and one more per helper session it holds or a helper has free (the helpers'
 cores search those; this host only measures them), LEND_ROUNDS more at most.
 

@@ -32,8 +32,8 @@ from workers.round.rounds import LEASE_TTL_S, Round
 from workers.round.tuning import Where, Workload, search_round
 
 if TYPE_CHECKING:
-    from workers.round.borrow import Lent
     from workers.round.callback import RoundCounters, StoreCallback
+    from workers.round.lent import Lent
     from workers.round.runner import BoundedRPCRunner
     from workers.round.search import RoundFacts
 
@@ -153,8 +153,8 @@ def _slot(ctx: WorkerContext, store: RecordStore,
     gate = ctx.gate
     if gate is None:
         return contextlib.nullcontext()
-    from workers.round.borrow import lend_rounds
     from workers.round.gate import phone_speed, rounds_at_once
+    from workers.round.lent import lend_rounds
 
     def open_slots() -> int:
         try:
@@ -237,7 +237,7 @@ def _tune(rnd: Round) -> RoundResult:
     runner.set_reference(None if single else _reference(w.mod, w.target, profile, work_dir, req))
     best_effort(runner.phone_log.refresh, store)  # the phones set aside by earlier rounds
     try:
-        lent = None if single else _borrowed(rnd, t, profile, phones)
+        lent = None if single else _lent(rnd, t, profile, phones)
         lent_cpu = {"phones": clock.runner_s()}  # measuring what a helper searched
         if lent is not None and lent.complete:
             return replace(_result(rnd, t.counters, lent.counts,
@@ -260,17 +260,17 @@ def _tune(rnd: Round) -> RoundResult:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def _borrowed(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
-    """The round's search and builds lent to a helper host (workers/round/borrow.py), when
+def _lent(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
+    """The round's search and builds lent to a helper host (workers/round/lent.py), when
     this host is short of cores and a helper has room; None: not lent."""
-    from workers.round.borrow import Borrowing, Helpers, lend, wanted
+    from workers.round.lent import Helpers, LentRound, lend, wanted
     from workers.round.loop import device_type
 
     alive = Helpers.read(rnd.store)
     why = wanted(rnd.ctx, rnd.store, profile, phones, alive)
     if why is None:
         return None
-    lent = lend(Borrowing(rnd, t.runner, t.callback, t.w.tuned, t.trials,
+    lent = lend(LentRound(rnd, t.runner, t.callback, t.w.tuned, t.trials,
                           stop=checker(rnd.ctx, rnd.store, rnd.req)), device_type(t.w.target),
                 alive.room)
     if lent is None:

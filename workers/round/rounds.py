@@ -1,5 +1,5 @@
 """A round as every part of it sees it: what it knows from its start to its result, and the
-lease it holds on its workload (workers/round/measure.py runs it, borrow.py lends its search)."""
+lease it holds on its workload (workers/round/measure.py runs it, lent.py lends its search)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from workers.round.callback import RoundCounters
 
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round (and
-# while a lent round waits for its helper's batches: workers/round/borrow.py)
+# while a lent round waits for its helper's batches: workers/round/lent.py)
 
 
 @dataclass

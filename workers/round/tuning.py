@@ -1,5 +1,5 @@
 """A round's search, the same wherever it runs: on the phone host (workers/round/measure.py)
-or on a helper host that searches for it (workers/round/lend.py). Only where a batch is
+or on a helper host that searches for it (workers/round/helper.py). Only where a batch is
 measured (`Measure`), what the store is told of it, and the hand-off check differ."""
 
 from __future__ import annotations

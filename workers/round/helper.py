@@ -2,7 +2,7 @@
 
 A phone host short of cores lends the search and builds of a round to a helper host (`farm
 worker --helper`: cores, no phones) through a search session (farm/store/sessions.py;
-the phone host's side: workers/round/borrow.py). The helper runs the round's own loop
+the phone host's side: workers/round/lent.py). The helper runs the round's own loop
 (workers/round/loop.py) with the same store-aware search, cost model and builder a
 phone host would, a batch ahead of the phones; only where a batch is measured differs
 (`ToPhoneHost`): each built batch goes to the phone host, the candidates' records and their

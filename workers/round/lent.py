@@ -6,11 +6,11 @@ builds to a helper host (`farm worker --helper`) when one has room (`borrow_sear
 "always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence,
 phones, records and result. It opens a search session (farm/store/sessions.py), sends the
 helper's task, and measures each built batch the helper pushes, committing the records as
-any round does, then pushes the results back (the helper: workers/round/lend.py).
+any round does, then pushes the results back (the helper: workers/round/helper.py).
 
 A helper's records are checked as stored traces are (farm/core/traces.py) before they are
 measured; its kernels run on the phones (phones hold no secrets; a helper is a host of the
-lab, with the broker's password). Phones emulated on this host's CPU never borrow: they
+lab, with the broker's password). Phones emulated on this host's CPU never lend: they
 share its cores, and the kernels would run on this host.
 
 A host that lends runs more rounds of a key at once (its gate, workers/round/measure.py):
@@ -58,8 +58,8 @@ from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
 from workers.round.context import WorkerContext
+from workers.round.helper import BEAT_S, beating, results_blob, session_ttl, unpack
 from workers.round.identity import BuildIdentity, this_host
-from workers.round.lend import BEAT_S, beating, results_blob, session_ttl, unpack
 from workers.round.loop import OnPhones
 from workers.round.rounds import LEASE_TTL_S, Round
 
@@ -150,7 +150,7 @@ class Lent:
 
 
 @dataclass
-class Borrowing:
+class LentRound:
     """What a lent round measures with: the round, its runner and store callback, the tuned
     workload, the trials, and the hand-off check (asked before every batch after the first)."""
 
@@ -162,7 +162,7 @@ class Borrowing:
     stop: Callable[[], bool] | None = None
 
 
-def lend(b: Borrowing, device: str, room: int) -> Lent | None:
+def lend(b: LentRound, device: str, room: int) -> Lent | None:
     """Open a session, have a helper take it, measure its batches until its search ends (or
     the helper is lost, or the round hands off). None: all `room` helper sessions are taken."""
     ctx, req = b.rnd.ctx, b.rnd.req
@@ -187,7 +187,7 @@ def lend(b: Borrowing, device: str, room: int) -> Lent | None:
     return lent
 
 
-def _measure(b: Borrowing, sessions: SearchSessions, sid: str, device: str, work_dir: str,
+def _measure(b: LentRound, sessions: SearchSessions, sid: str, device: str, work_dir: str,
              lent: Lent) -> None:
     ctx = b.rnd.ctx
     mine = this_host(ctx.host, ctx.profile(b.rnd.req.device_key))
@@ -261,7 +261,7 @@ def _builder(got: JsonDict, mine: BuildIdentity, lent: Lent, index: int) -> Buil
     return theirs
 
 
-def _renew_lease(b: Borrowing) -> None:
+def _renew_lease(b: LentRound) -> None:
     """Renew the workload's lease while the round waits for its helper (a measured batch
     renews it too: workers/host/app.py)."""
     store, req = b.rnd.store, b.rnd.req
@@ -275,7 +275,7 @@ def _renew_lease(b: Borrowing) -> None:
                     holder, req.workload_key)
 
 
-def _measure_batch(b: Borrowing, got: JsonDict, device: str, folder: str,
+def _measure_batch(b: LentRound, got: JsonDict, device: str, folder: str,
                    built_by: BuildIdentity) -> tuple[list[RunnerResult], int]:
     """Measure one of the helper's batches on the phones and commit it, its records stamped
     with who built them; every item's result (a record refused here: its reason, not
