@@ -36,7 +36,13 @@ from farm.pipeline import report as report_stage
 from farm.pipeline.connect import Farm, connect
 from farm.pipeline.extract import Prepared
 from farm.pipeline.options import SubmitOptions
-from farm.pipeline.preflight import OUT_MARKER, check_out_dir, check_out_writable, preflight
+from farm.pipeline.preflight import (
+    OUT_MARKER,
+    check_out_dir,
+    check_out_writable,
+    name_held,
+    preflight,
+)
 from farm.pipeline.reader import load_apart
 from farm.pipeline.summary import JobOutcome, default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
@@ -175,8 +181,7 @@ def dispatch_job(farm: Farm, sub: Submission, prep: Prepared,
         job_id, run = resume, old.run + 1
         farm.store.reset_job(job_id)
     if opts.name and (holder := farm.store.claim_name(opts.name, job_id)) is not None:
-        raise UsageError(f"the name is held by job {holder}, which runs", subject=f"--name "
-                         f"{opts.name}", hint=f"pick another name, or `farm cancel {holder}`")
+        raise name_held(opts.name, holder)
     plans = plan_stage.plan(
         tasks, {t.workload_key: farm.store.record_count(t.workload_key) for t in tasks},
         {t.workload_key for t in tasks if farm.store.exhausted(t.workload_key)},

@@ -141,6 +141,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
         store.ping()
         if opts.wait_for_devices_s == 0:
             wait_for_devices(store, profile.key, 0)
+        check_name_free(store, opts.name)  # claimed for good when the job is dispatched
     finally:
         store.close()
     if profile.key not in known_keys(config.profiles):
@@ -214,6 +215,18 @@ def check_runs_here(profile: DeviceProfile) -> None:
                          subject=f"device key {profile.key}",
                          hint=f"pass --tracker HOST:PORT, the tracker of a worker host with "
                               f"phones of key {profile.key}")
+
+
+def check_name_free(store: RecordStore, name: str | None) -> None:
+    """`--name` held by a running job: refused before the model is read."""
+    holder = store.job_named(name) if name else None
+    if name and holder is not None and store.holds_name(holder, ""):
+        raise name_held(name, holder)
+
+
+def name_held(name: str, holder: str) -> UsageError:
+    return UsageError(f"the name is held by job {holder}, which runs", subject=f"--name {name}",
+                      hint=f"pick another name, or `farm cancel {holder}`")
 
 
 def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:

@@ -157,8 +157,8 @@ class JobStore(ABC):
             return ref
         named = self.job_named(ref)
         if named is None:
-            raise StoreError("no job of this id or name", subject=f"job {ref}",
-                             hint="`farm status` lists jobs with their names")
+            raise StoreError("no such job (by id or name)", subject=f"job {ref}",
+                             hint="`farm status` lists jobs and their names")
         return named
 
     def holds_name(self, holder: str | None, job_id: str) -> bool:

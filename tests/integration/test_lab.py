@@ -373,15 +373,6 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
     app = make_app(load_config({"broker_url": lab["redis"]}))
     seen, deadline = None, time.monotonic() + 600
     try:
-        # the job's name finds it; a second job of that name is refused while it runs
-        named = run_farm(["status", "progress.demo", "--json"], tmp_path, env=lab["env"])
-        assert named.returncode == 0, named.stderr[-2000:]
-        assert [(v["job_id"], v["name"]) for v in json.loads(named.stdout)] == [
-            (job_id, "progress.demo")]
-        twin = run_farm(["submit", str(model), "--trials-per-task", "4", "--no-wait", "--out",
-                         str(tmp_path / "twin"), "--name", "progress.demo"], tmp_path,
-                        env=lab["env"])
-        assert twin.returncode == 2 and f"held by job {job_id}" in twin.stderr, twin.stderr
         while seen is None and time.monotonic() < deadline:
             for task_id, t in flower_tasks(lab).items():
                 if not task_id.startswith(job_id):
@@ -398,6 +389,16 @@ def test_flower_shows_a_running_round_in_progress(lab, tmp_path):
                     seen = (task_id, t, meta)
                     break
             time.sleep(0.5)
+        if seen is not None:  # while its round runs: the job's name finds it, and a second
+            # job of that name is refused (before its model is read)
+            named = run_farm(["status", "progress.demo", "--json"], tmp_path, env=lab["env"])
+            assert named.returncode == 0, named.stderr[-2000:]
+            assert [(v["job_id"], v["name"]) for v in json.loads(named.stdout)] == [
+                (job_id, "progress.demo")]
+            twin = run_farm(["submit", str(model), "--trials-per-task", "4", "--no-wait",
+                             "--out", str(tmp_path / "twin"), "--name", "progress.demo"],
+                            tmp_path, env=lab["env"])
+            assert twin.returncode == 2 and f"held by job {job_id}" in twin.stderr, twin.stderr
     finally:
         cancelled = run_farm(["cancel", "progress.demo"], tmp_path, env=lab["env"], timeout_s=60)
     assert cancelled.returncode == 0 and job_id in cancelled.stdout, cancelled.stderr

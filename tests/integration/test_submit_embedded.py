@@ -61,7 +61,9 @@ def first_run(example_models: Path, tmp_path_factory: pytest.TempPathFactory):
     while popen.poll() is None and status is None:
         seen = run_farm(["status", "--json"], home, timeout_s=60)
         jobs = json.loads(seen.stdout) if seen.returncode == 0 else []
-        if jobs and any(t["state"] != "done" for t in jobs[0]["tasks"]):
+        # mid-job: its rounds measure (the client has sent them all) and a task still tunes
+        if jobs and jobs[0]["trials_measured"] >= 1 and \
+                any(t["state"] != "done" for t in jobs[0]["tasks"]):
             status = jobs
             # Redis, the tracker, a phone and the worker die mid-job (killed by the OS): the
             # farm starts them again; Redis from its AOF, the phones register at the tracker

@@ -72,7 +72,7 @@ def test_a_name_is_held_by_one_running_job_at_a_time(store):
     store.set_job_status("j1", state="finalized")
     assert store.claim_name("nightly", "j2") is None  # j1 ended: the name moves to j2
     assert store.resolve_job("nightly") == "j2"
-    with pytest.raises(StoreError, match="no job of this id or name"):
+    with pytest.raises(StoreError, match="no such job"):
         store.resolve_job("weekly")
     # two jobs claim one free name at once: one gets it, the other is told who has it
     store.set_job_status("j2", state="cancelled")

@@ -239,7 +239,9 @@ def _tune(rnd: Round) -> RoundResult:
     try:
         lent = None if single else _lent(rnd, t, profile, phones)
         lent_cpu = {"phones": clock.runner_s()}  # measuring what a helper searched
-        if lent is not None and lent.complete:
+        # done: the helper's search ended, or its batches measured the whole round and only
+        # its end was lost with it (else the rest here would measure one trial too many)
+        if lent is not None and (lent.complete or lent.measured >= t.trials):
             return replace(_result(rnd, t.counters, lent.counts,
                                    RoundFacts(t.trials, ranked_by=lent.ranked_by)),
                            searched_by=lent.helper, cpu=account(lent_cpu, clock.total_s()),
