@@ -118,13 +118,15 @@ def _cover(paths: Iterable[Path], kept: list[Path]) -> set[str]:
 
 def inner_pid(pid: int) -> int:
     """The confined command `unshare` (at `pid`) runs (the child of its init shell), as this
-    machine's PID (`pid` itself while it has none)."""
+    machine's PID; `pid` itself while it has none (the shell still mounting its covers: a
+    `mount` then is no service's PID, and it is gone a moment later)."""
     import psutil
 
     with contextlib.suppress(psutil.Error):
         for init in psutil.Process(pid).children():
             for command in init.children():
-                return int(command.pid)
+                if command.name() != "mount":  # _COVER's mounts come and go before it
+                    return int(command.pid)
     return pid
 
 

@@ -114,3 +114,36 @@ def test_confined_says_what_it_covers(tmp_path: Path):
                              "os.listdir(sys.argv[1])))", str(hidden)], [hidden])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "" and "Permission denied" in proc.stderr, proc
+
+
+def test_the_confined_commands_pid_is_never_a_passing_mount(tmp_path):
+    """`inner_pid` names the confined command, not one of the `mount`s the init shell runs
+    before it (test_submit_embedded once killed such a PID, gone a moment later, and
+    waited for the phone it thought it was). Trees like unshare's: a parent, its init
+    shell, the shell's child."""
+    import shutil
+    import subprocess
+    import time
+
+    import psutil
+
+    fake = tmp_path / "mount"  # a process named as _COVER's mounts are
+    shutil.copy(shutil.which("sleep"), fake)
+    trees = []
+    try:
+        for child in (f"{fake} 30", "sleep 30"):
+            trees.append(subprocess.Popen(["sh", "-c", f"sh -c '{child} & wait' & wait"]))
+        deadline = time.monotonic() + 10
+        while not all(len(psutil.Process(t.pid).children(recursive=True)) >= 2 for t in trees):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        mounting, running = trees
+        assert confine.inner_pid(mounting.pid) == mounting.pid  # no command yet
+        command = confine.inner_pid(running.pid)
+        assert command != running.pid and psutil.Process(command).name() == "sleep"
+    finally:
+        for t in trees:
+            for p in psutil.Process(t.pid).children(recursive=True):
+                p.kill()
+            t.kill()
+            t.wait()
