@@ -235,8 +235,8 @@ class Farm:
         """A job already on this farm, by its id or its name (`farm submit --name`; `farm
         status` lists both); a StoreError naming it when the farm has no such job."""
         with self.store() as store:
-            job_id = store.resolve_job(ref)
-            spec = store.require_job(job_id)
+            spec = store.require_job(ref)
+            job_id = spec.job_id
             out = store.job_status(job_id).get("out") or spec.options.get("out")
         return Job(self, job_id, Path(out) if out else None)
 

@@ -106,7 +106,7 @@ def _status(args: argparse.Namespace, store: RecordStore) -> int:
     from farm.client.jobs import views as views_of
     from farm.client.progress import render
 
-    job_ids = [store.resolve_job(args.job)] if args.job else recent(store)
+    job_ids = [store.require_job(args.job).job_id] if args.job else recent(store)
     live = getattr(args, "watch", False)
     if live and not args.json and job_ids:  # drawn in place, fitting the terminal (rich)
         from farm.client.progress import watch

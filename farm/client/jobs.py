@@ -37,7 +37,7 @@ def views(store: RecordStore, job_ids: list[str]) -> list[JsonDict]:
 def cancel(store: RecordStore, job_id: str) -> str:
     """`farm cancel JOB` (an id or a name): its rounds not yet started do not run (a
     StoreError naming an unknown job). Returns the job's id."""
-    job_id = store.resolve_job(job_id)
+    job_id = store.require_job(job_id).job_id
     store.set_job_status(job_id, state="cancelled", cancelled_at=str(time.time()))
     return job_id
 
@@ -53,7 +53,7 @@ def resume(job_id: str, config: FarmConfig, report: Callable[[str], None], *,
     from farm.pipeline.preflight import is_result
 
     with farm_store(config) as store:
-        job = store.require_job(store.resolve_job(job_id))  # an id or a name
+        job = store.require_job(job_id)  # an id or a name
     config = replace(config, device_key=job.device_key, round_trials=job.round_trials)
     opts = SubmitOptions.from_job(job, out=out, timeout_s=timeout_s, wait=wait,
                                   allow_pickle=allow_pickle)

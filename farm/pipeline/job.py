@@ -318,7 +318,7 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
                          "its `farm submit`", subject=f"job {job_id}",
                          hint=f"`farm resume {job_id}` continues it on a new embedded farm")
     with connect(config, require_devices=False) as farm:
-        job = farm.store.require_job(farm.store.resolve_job(job_id))  # an id or a name
+        job = farm.store.require_job(job_id)  # an id or a name
         job_id = job.job_id
         opts = SubmitOptions.from_job(job, out=out, force=force, timeout_s=timeout_s,
                                       allow_pickle=allow_pickle)

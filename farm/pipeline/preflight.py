@@ -219,9 +219,8 @@ def check_runs_here(profile: DeviceProfile) -> None:
 
 def check_name_free(store: RecordStore, name: str | None) -> None:
     """`--name` held by a running job: refused before the model is read."""
-    holder = store.job_named(name) if name else None
-    if name and holder is not None and store.holds_name(holder, ""):
-        raise name_held(name, holder)
+    if name and store.holds_name(holder := store.job_named(name), ""):
+        raise name_held(name, str(holder))
 
 
 def name_held(name: str, holder: str) -> UsageError:

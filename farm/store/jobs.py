@@ -82,12 +82,15 @@ class JobStore(ABC):
     @abstractmethod
     def get_job(self, job_id: str) -> JobSpec | None: ...
 
-    def require_job(self, job_id: str) -> JobSpec:
-        """The job's spec, or a StoreError that says how to find job ids."""
-        job = self.get_job(job_id)
+    def require_job(self, ref: str) -> JobSpec:
+        """The job of id, or name (`farm submit --name`), `ref`; a StoreError that says how to
+        find jobs when it is neither."""
+        job = self.get_job(ref)
+        if job is None and (named := self.job_named(ref)) is not None:
+            job = self.get_job(named)
         if job is None:
-            raise StoreError("no such job", subject=f"job {job_id}",
-                             hint="`farm status` lists jobs")
+            raise StoreError("no such job", subject=f"job {ref}",
+                             hint="`farm status` lists jobs and their names")
         return job
 
     @abstractmethod
@@ -149,17 +152,6 @@ class JobStore(ABC):
     @abstractmethod
     def job_named(self, name: str) -> str | None:
         """The id of the job `name` was last given to, or None."""
-
-    def resolve_job(self, ref: str) -> str:
-        """A job id, or a name (`farm submit --name`), as the id of its job; a StoreError
-        that says how to find jobs when it is neither."""
-        if self.get_job(ref) is not None:
-            return ref
-        named = self.job_named(ref)
-        if named is None:
-            raise StoreError("no such job (by id or name)", subject=f"job {ref}",
-                             hint="`farm status` lists jobs and their names")
-        return named
 
     def holds_name(self, holder: str | None, job_id: str) -> bool:
         """Whether `holder` (a name's job) keeps the name from `job_id`: another job that

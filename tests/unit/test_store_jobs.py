@@ -68,12 +68,12 @@ def test_a_name_is_held_by_one_running_job_at_a_time(store):
     assert store.claim_name("nightly", "j1") is None  # its own: kept (a resumed job)
     store.set_job_status("j2", state="running")
     assert store.claim_name("nightly", "j2") == "j1"  # j1 runs: refused, the name stays
-    assert store.resolve_job("nightly") == "j1" and store.resolve_job("j2") == "j2"
+    assert store.require_job("nightly").job_id == "j1" and store.require_job("j2").job_id == "j2"
     store.set_job_status("j1", state="finalized")
     assert store.claim_name("nightly", "j2") is None  # j1 ended: the name moves to j2
-    assert store.resolve_job("nightly") == "j2"
+    assert store.require_job("nightly").job_id == "j2"
     with pytest.raises(StoreError, match="no such job"):
-        store.resolve_job("weekly")
+        store.require_job("weekly")
     # two jobs claim one free name at once: one gets it, the other is told who has it
     store.set_job_status("j2", state="cancelled")
     store.set_job_status("j3", state="running")
