@@ -11,7 +11,7 @@ from farm.store import RecordStore
 # the columns of `farm cache export --format csv`, one row per measurement
 TABLE = ("workload_key", "task", "device_key", "family", "flop", "candidate", "run_us",
          "gflops", "valid", "error_class", "error", "job_id", "host", "source", "tvm", "builder",
-         "measured_at")
+         "measured_at", "verified")
 
 
 def export_table(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
@@ -39,6 +39,7 @@ def export_table(store: RecordStore, out_dir: Path, device_key: str | None = Non
             rows.writerow([rec.workload_key, t.name, t.device_key, t.family, t.flop,
                            rec.candidate, rec.run_us if rec.valid else "", gflops, rec.valid,
                            rec.error_class or "", brief(rec.error_msg) if rec.error_msg else "",
-                           rec.job_id, rec.host, rec.source, rec.tvm, rec.builder, at])
+                           rec.job_id, rec.host, rec.source, rec.tvm, rec.builder, at,
+                           rec.verified])
             written += 1
     return written

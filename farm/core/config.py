@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 try:
     import tomllib
@@ -27,6 +27,11 @@ def default_home() -> Path:
     return Path(base) / "tunefarm"
 
 
+_AT_LEAST_0 = ("phone_delay_s", "phone_heat_after_s", "phone_aside_s", "archive_retention_days")
+_ABOVE_0 = ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",  # seconds
+            "supervisor_interval_s", "phone_lost_window_s", "lent_batch_timeout_s")
+
+
 @dataclass(frozen=True)
 class FarmConfig:
     """Every setting of a farm process. Units are in the names."""
@@ -37,6 +42,8 @@ class FarmConfig:
     device_key: str = "cpu-local"
     phones: int = 2  # emulated phones of the embedded default
     phone_delay_s: float = 0.0  # added by each emulated phone to every measurement (benchmarks)
+    # the embedded farm's first phone heats (~4x slower) this long after its first session (tests)
+    phone_heat_after_s: float = 0.0
     phone_work_group: int = 0  # an emulated OpenCL phone's largest work-group; 0: pocl's own
     round_trials: int = 32  # trials in one Celery message (one round)
     build_timeout_s: float = 60.0
@@ -151,18 +158,11 @@ class FarmConfig:
         return self._check_urls_and_home(sources, bad)
 
     def _check_seconds(self, bad: Callable[[str, str], UsageError]) -> None:
-        for name in ("phone_delay_s", "build_timeout_s", "run_timeout_s", "device_wait_s",
-                     "round_timeout_s", "supervisor_interval_s", "phone_lost_window_s",
-                     "phone_aside_s", "archive_retention_days", "lent_batch_timeout_s"):
-            if not math.isfinite(getattr(self, name)):
+        for name, value in ((n, getattr(self, n)) for n in (*_AT_LEAST_0, *_ABOVE_0)):
+            if not math.isfinite(value):
                 raise bad(name, "must be a finite number of seconds")
-        for name in ("phone_delay_s", "phone_aside_s", "archive_retention_days"):
-            if getattr(self, name) < 0:
-                raise bad(name, "must be >= 0")
-        for name in ("build_timeout_s", "run_timeout_s", "device_wait_s", "round_timeout_s",
-                     "supervisor_interval_s", "phone_lost_window_s", "lent_batch_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise bad(name, "must be > 0")
+            if value < 0 or (value == 0 and name in _ABOVE_0):
+                raise bad(name, "must be > 0" if name in _ABOVE_0 else "must be >= 0")
 
     def _check_urls_and_home(self, sources: dict[str, str] | None,
                              bad: Callable[[str, str], UsageError]) -> FarmConfig:
@@ -225,8 +225,6 @@ def redact(url: str) -> str:
 def with_password(scheme_host: str, password: str) -> str:
     """`redis://:PASSWORD@HOST...` from `redis://HOST...`, the password URL-encoded (a "/",
     "@" or "#" in it would otherwise end the URL's user part early)."""
-    from urllib.parse import quote
-
     scheme, _, rest = scheme_host.partition("://")
     return f"{scheme}://:{quote(password, safe='')}@{rest}" if password else scheme_host
 
@@ -264,6 +262,7 @@ _ENV = {
     "device_key": "FARM_DEVICE_KEY",
     "phones": "FARM_PHONES",
     "phone_delay_s": "FARM_PHONE_DELAY_S",
+    "phone_heat_after_s": "FARM_PHONE_HEAT_AFTER_S",
     "phone_work_group": "FARM_PHONE_WORK_GROUP",
     "round_trials": "FARM_ROUND_TRIALS",
     "build_timeout_s": "FARM_BUILD_TIMEOUT_S",

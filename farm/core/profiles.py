@@ -34,6 +34,13 @@ class DeviceProfile:
     # "little" (TVM's runtime pins them there: a phone's big cluster or its little one)
     affinity: str = ""
     cache_flush: bool = False  # flush the CPU caches before each run: cold-cache timing
+    # heat (farm/devices/thermometer.py): a phone's thermometer kernel is timed every
+    # `heat_check_s` (0: never); a reading more than `heat_share` slower than the phone's
+    # fastest marks it hot: set aside for `heat_rest_s`, its measurements since its last cool
+    # reading stored as unverified (measured again before one can be a best)
+    heat_check_s: float = 60.0
+    heat_share: float = 0.25
+    heat_rest_s: float = 120.0
     notes: str = ""
     emulate: str = ""  # "arm64": the embedded farm's phones run this CPU under qemu
     check_outputs: bool = True  # compare each candidate's output with the unscheduled kernel
@@ -43,18 +50,20 @@ class DeviceProfile:
     extra: JsonDict = field(default_factory=dict)
 
     def on_cpu(self, cpu: str) -> DeviceProfile:
-        """This profile for CPU `cpu` (LLVM's name, e.g. znver3 or icelake-server): with
-        `host_cpu`, an LLVM target without mcpu gets it; otherwise unchanged."""
+        """This profile for CPU `cpu` (LLVM's name, e.g. znver3 or icelake-server, with the
+        features this machine hides turned off: "znver4,-avx512f,..."; farm/devices/hostcpu.py):
+        with `host_cpu`, an LLVM target without mcpu gets it (and those features off, in
+        mattr); otherwise unchanged."""
         if not self.host_cpu or not cpu:
             return self
         if self.target.get("kind") == "opencl":  # the phone's CPU runs the host code
             host = self.target.get("host") or {"kind": "llvm"}
             if isinstance(host, dict) and host.get("kind") == "llvm" and "mcpu" not in host:
-                return replace(self, target={**self.target, "host": {**host, "mcpu": cpu}})
+                return replace(self, target={**self.target, "host": _with_cpu(host, cpu)})
             return self
         if self.target.get("kind") != "llvm" or "mcpu" in self.target:
             return self
-        return replace(self, target={**self.target, "mcpu": cpu})
+        return replace(self, target=_with_cpu(self.target, cpu))
 
     def target_json(self) -> JsonDict:
         """The target as a JSON dict, with num-cores following the device's threads."""
@@ -71,12 +80,22 @@ class DeviceProfile:
         return cls(**data)
 
 
+def _with_cpu(target: JsonDict, cpu: str) -> JsonDict:
+    """An LLVM target dict for CPU `cpu` ("name" or "name,-feature,...")."""
+    name, *off = cpu.split(",")
+    out = {**target, "mcpu": name}
+    if off:
+        out["mattr"] = [*target.get("mattr", []), *off]
+    return out
+
+
 BUILTIN_PROFILES: dict[str, DeviceProfile] = {
     "cpu-local": DeviceProfile(
         key="cpu-local",
         target={"kind": "llvm"},
         threads=1,
         host_cpu=True,
+        heat_check_s=0.0,  # phones on this host's cores: a reading would time the host's load
         notes="This machine's CPU (mcpu: LLVM's name of it, found when the farm starts), "
               "measured by emulated phones (local RPC servers).",
     ),
@@ -150,6 +169,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         key="opencl-local",
         target={"kind": "opencl", "host": {"kind": "llvm"}},
         host_cpu=True,
+        heat_check_s=0.0,  # phones on this host's cores: a reading would time the host's load
         notes="This machine's OpenCL device (pocl's CPU device where there is no GPU) on "
               "emulated phones with TVM's OpenCL runtime (`farm phones --opencl`; built from "
               "TVM_SOURCE); the limits are the phone's own, read when the farm starts.",
@@ -166,6 +186,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         number=3,
         min_repeat_ms=20,
         emulate="arm64",
+        heat_check_s=0.0,  # qemu on this host's cores: a reading would time the host's load
         notes="An emulated arm64 phone: aarch64 TVM under qemu user mode on this machine "
               "(`farm phones --arch arm64`); cross-compiled like an NDK profile.",
     ),
@@ -204,11 +225,13 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "key": (str,), "target": (dict,), "export": (str,), "cc": (str, type(None)),
     "threads": (int,), "number": (int,), "repeat": (int,), "min_repeat_ms": (int,),
     "cooldown_s": (int, float), "affinity": (str,), "cache_flush": (bool,), "notes": (str,), "emulate": (str,), "check_outputs": (bool,),
+    "heat_check_s": (int, float), "heat_share": (int, float), "heat_rest_s": (int, float),
     "host_cpu": (bool,), "extra": (dict,),
 }
 _CHOICES = {"export": ("local", "cross"), "emulate": ("", "arm64"),
             "affinity": ("", "big", "little")}
-_MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0}
+_MINIMUM = {"threads": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown_s": 0,
+            "heat_check_s": 0, "heat_share": 0.01, "heat_rest_s": 0}
 
 
 def _build(key: str, override: JsonDict, subject: str) -> DeviceProfile:

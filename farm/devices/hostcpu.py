@@ -4,11 +4,19 @@
 CPU (`mcpu`), so LLVM uses its vector units (AVX2, AVX-512, FMA) instead of baseline
 x86-64, and the workload key tells records tuned for one CPU from records tuned for
 another. A worker host refuses a round whose target needs an instruction its CPU lacks.
+
+LLVM names a CPU by its model (cpuid's family and model), not by what the machine lets a
+program run: a virtual machine may hide part of its CPU (a cloud's AMD EPYC that LLVM calls
+znver4 with AVX-512 masked by the hypervisor). Code for mcpu=znver4 then dies of SIGILL in
+every session. So this machine's CPU is its LLVM name and the instruction-set features that
+name implies and the kernel does not list (/proc/cpuinfo), turned off: "znver4,-avx512f,...",
+`mcpu` and `mattr` of the target (`DeviceProfile.on_cpu`, `split_cpu`).
 """
 
 from __future__ import annotations
 
 import functools
+import platform
 import re
 
 from farm.core.aliases import JsonDict
@@ -29,10 +37,56 @@ def cpu_name(llvm_name: object) -> str:
 
 @functools.cache
 def system_cpu() -> str:
-    """LLVM's name of this machine's CPU ("" when LLVM only knows it as generic)."""
+    """This machine's CPU: LLVM's name of it ("" when LLVM only knows it as generic), with
+    ",-feature" for each instruction-set feature the name implies that this machine does
+    not run (see the module's docstring)."""
     from tvm.target import codegen
 
-    return cpu_name(codegen.llvm_get_system_cpu())
+    name = cpu_name(codegen.llvm_get_system_cpu())
+    return ",".join([name, *(f"-{f}" for f in hidden_features(name))]) if name else ""
+
+
+def split_cpu(cpu: str) -> tuple[str, list[str]]:
+    """A CPU as `system_cpu` writes it -> (mcpu, mattr)."""
+    name, *attrs = cpu.split(",")
+    return name, attrs
+
+
+# LLVM's feature names that the kernel's /proc/cpuinfo writes otherwise (after dropping "_",
+# "." and "-": sse4.1 and sse4_1 are both sse41)
+_CPUINFO_NAMES = {"sse3": "pni", "lzcnt": "abm", "bmi": "bmi1", "sha": "shani",
+                  "pclmul": "pclmulqdq"}
+
+
+def _plain(name: str) -> str:
+    return re.sub(r"[._-]", "", name.lower())
+
+
+def _cpuinfo_flags(text: str | None = None) -> set[str]:
+    """The instruction-set flags this machine's kernel lists (empty: unknown here)."""
+    if text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return {_plain(f) for f in line.split(":", 1)[1].split()}
+    return set()
+
+
+def hidden_features(name: str, flags: set[str] | None = None) -> list[str]:
+    """The instruction-set features LLVM's CPU `name` implies that this x86 machine's kernel
+    does not list (its `flags`, default /proc/cpuinfo's): code using them would not run."""
+    if flags is None:
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return []
+        flags = _cpuinfo_flags()
+    if not flags:
+        return []
+    implied = _features({"kind": "llvm", "mcpu": name})
+    return sorted(f for f in implied if _plain(_CPUINFO_NAMES.get(f, f)) not in flags)
 
 
 def _features(target_json: JsonDict) -> set[str]:
@@ -51,7 +105,9 @@ def missing_features(target_json: JsonDict, cpu: str) -> list[str]:
         return []
     host = {k: v for k, v in target_json.items() if k not in ("mcpu", "mattr")}
     if cpu:
-        host["mcpu"] = cpu
+        host["mcpu"], attrs = split_cpu(cpu)
+        if attrs:
+            host["mattr"] = attrs
     return sorted(_features(target_json) - _features(host))
 
 

@@ -10,6 +10,12 @@ loaded: a real phone spends that on the upload over USB or Wi-Fi and on the run.
 benchmarks use it to measure how measurement throughput scales with phones
 (bench/run.py); `phone_delay_s` in the config turns it on for the embedded farm.
 
+With `--heat-after-s T` it heats T seconds after its first session, as a phone whose governor lowers
+its clocks: from then on its sessions run a quarter of the time (stopped and continued in
+turn), so its kernels run ~4x slower (`phone_heat_after_s` turns it on for the embedded farm's
+first phone: tests of the farm's heat checks; a slowdown well beyond what a loaded test
+machine does to a phone on its cores).
+
 Where a phone is reached: it listens on `--host` and gives the tracker the address a worker
 should connect to (`advertised_address`); the tracker hands that address to every session.
 """
@@ -19,7 +25,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import logging
+import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -92,6 +101,78 @@ def _slow_sessions(delay_s: float) -> None:
     wrap_server_env(slowed)
 
 
+def slow_flags(delay_s: float, heat_after_s: float) -> list[str]:
+    """This module's flags for a phone `delay_s` slower a session that heats `heat_after_s`
+    after its first (0: neither)."""
+    return [*(["--delay-s", str(delay_s)] if delay_s > 0 else []),
+            *(["--heat-after-s", str(heat_after_s)] if heat_after_s > 0 else [])]
+
+
+HEAT_ON_S, HEAT_OFF_S = 0.001, 0.003  # a heated phone's sessions run 1 ms in every 4
+
+
+def _heat_after(after_s: float) -> None:
+    """`after_s` after the phone's first session, its sessions run a quarter of the time:
+    stopped and continued in turn (SIGSTOP, SIGCONT), as a governor's lower clock slows a
+    phone, at no CPU cost to the machine (busy processes beside it slowed every other process
+    of a small test machine too). Each session dies with the phone (PR_SET_PDEATHSIG): one
+    stopped when the phone is killed does not stay behind."""
+    from farm.devices.tvmapi import wrap_server_env, wrap_serving
+
+    working = threading.Event()
+
+    def noted(serving: Callable[..., None]) -> Callable[..., None]:
+        def serve(*args: object) -> None:
+            working.set()
+            serving(*args)
+
+        return serve
+
+    def dies_with_phone(original: Callable[..., object]) -> Callable[..., object]:
+        def server_env(*args: object, **kwargs: object) -> object:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, in the session
+            return original(*args, **kwargs)
+
+        return server_env
+
+    wrap_serving(noted)
+    wrap_server_env(dies_with_phone)
+
+    def throttle() -> None:
+        working.wait()
+        time.sleep(after_s)
+        logging.getLogger("phone").warning("heating: its sessions run %.0f %% of the time from "
+                                           "now on", 100 * HEAT_ON_S / (HEAT_ON_S + HEAT_OFF_S))
+        while True:
+            sessions = _children()
+            _signal(sessions, signal.SIGSTOP)
+            time.sleep(HEAT_OFF_S)
+            _signal(sessions, signal.SIGCONT)
+            time.sleep(HEAT_ON_S)
+
+    threading.Thread(target=throttle, daemon=True, name="heat").start()
+
+
+def _children() -> list[int]:
+    """This process's children (its sessions), from each thread's /proc children list."""
+    out: list[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+                out.extend(int(pid) for pid in f.read().split())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # the session ended meanwhile
+            continue
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m farm.devices.phone")
     p.add_argument("--tracker", required=True)
@@ -100,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=9090)
     p.add_argument("--port-end", type=int, default=9199)
     p.add_argument("--delay-s", type=float, default=0.0)
+    p.add_argument("--heat-after-s", type=float, default=0.0,
+                   help="heat this long after the first session: ~4x slower from then on "
+                        "(tests)")
     p.add_argument("--advertise", help="the address workers connect to (default --host)")
     p.add_argument("--cpu", default="", help="LLVM's name of this CPU, for `farm doctor`")
     p.add_argument("--triple", default="", help="this machine's target triple, for `farm doctor`")
@@ -114,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             describe(args.cpu, args.triple)
         if args.delay_s > 0:
             _slow_sessions(args.delay_s)
+        if args.heat_after_s > 0:
+            _heat_after(args.heat_after_s)
         if args.opencl:  # registers the opencl device; OpenCL starts in each session, not here
             import tvm  # noqa: F401 - loads libtvm_runtime.so, which the sidecar links to
 

@@ -262,7 +262,9 @@ def _services(config: FarmConfig, home: Path, log_dir: Path, threads: int,
                                           threads=threads, arch=arch,
                                           delay_s=config.phone_delay_s,
                                           port=services.free_port(), opencl=opencl,
-                                          work_group=config.phone_work_group), config)
+                                          work_group=config.phone_work_group,
+                                          heat_after_s=config.phone_heat_after_s if i == 0
+                                          else 0.0), config)
             group.add(phone()).restart = phone  # a phone that dies is started again, same port
         worker = functools.partial(services.start_worker, tracker, url, log_dir,
                                    env=config_env(config), extra=["--keys", config.device_key])

@@ -252,7 +252,8 @@ class PhoneOptions:
       farm.devices.phone.advertised_address: one no worker could reach is a UsageError);
     - `port`: it listens there (a restarted phone keeps its address, so its accounting does)
       unless that port stays taken for 5 s; None: a free port;
-    - `opencl`: an OpenCL device (devices/opencl.py), `work_group` its limit (0: pocl's).
+    - `opencl`: an OpenCL device (devices/opencl.py), `work_group` its limit (0: pocl's);
+    - `heat_after_s`: it heats that long after its first session (0: never; devices/phone.py).
     """
 
     threads: int = 1
@@ -263,6 +264,7 @@ class PhoneOptions:
     port: int | None = None
     opencl: bool = False
     work_group: int = 0
+    heat_after_s: float = 0.0
 
 
 def start_phone(tracker: str, key: str, index: int, log_dir: Path,
@@ -270,7 +272,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                 config: FarmConfig | None = None) -> Service:
     """An emulated phone (`options`): a real TVM RPC server, registered at `tracker` under
     `key`, logging to `log_dir` as phone-KEY-INDEX."""
-    from farm.devices.phone import advertised_address
+    from farm.devices.phone import advertised_address, slow_flags
 
     threads, arch, delay_s, host = options.threads, options.arch, options.delay_s, options.host
     config = config if config is not None else load_config()
@@ -305,8 +307,7 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
     return start(f"phone-{key}-{index}",
                  [sys.executable, "-m", "farm.devices.phone", "--tracker", tracker, "--key", key,
                   "--host", host, "--port", str(port), "--port-end", str(port + 1),
-                  "--cpu", cpu, "--triple", triple,
-                  *(["--delay-s", str(delay_s)] if delay_s > 0 else []),
+                  "--cpu", cpu, "--triple", triple, *slow_flags(delay_s, options.heat_after_s),
                   *(["--advertise", addr] if addr else []), *opencl],
                  log_dir, {**env, **cl_env}, inherit=False,
                  confine=Confinement((config.home,), keep))
@@ -314,10 +315,9 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
 
 def start_prometheus(targets: list[str], data_dir: Path, log_dir: Path,
                      port: int, every_s: int = 5, flower: str = "") -> tuple[Service, str]:
-    """A Prometheus on loopback scraping the worker hosts' /metrics at `targets` and Flower's
-    at `flower` (HOST:PORT) every `every_s` s, its data in `data_dir`; returns it and its URL.
-    Prometheus has no authentication of its own, so it binds loopback only: a lab's Grafana
-    on another machine scrapes the workers with its own Prometheus (deploy/prometheus.yml)."""
+    """A Prometheus on loopback (it has no authentication) scraping the worker hosts' /metrics
+    at `targets` and Flower's at `flower` (HOST:PORT) every `every_s` s, data in `data_dir`;
+    returns it and its URL. A lab's Grafana scrapes with its own (deploy/prometheus.yml)."""
     found = shutil.which("prometheus")
     if found is None:
         raise ServiceError("no prometheus on PATH", subject="farm up --prometheus-port",

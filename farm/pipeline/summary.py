@@ -156,11 +156,17 @@ def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]
 def phone_section(store: RecordStore, job: JobSpec, now: float | None = None) -> JsonDict:
     """Each phone's part in the job: busy and idle seconds, utilization (busy / the tuning
     wall: from the job's start to its last measurement, or to `now` while it runs),
-    measurements, device lost."""
+    measurements, device lost, heat (its thermometer's last reading against its fastest,
+    and the hot readings: the farm's, not only this job's)."""
     spans = store.job_phone_spans(job.job_id)
     started = float(store.job_status(job.job_id).get("started_at") or 0) or None
     wall = tuning_wall(spans, started, until=now)
     rows = job_phones(spans, registered_phones(store.hosts(), job.device_key), wall)
+    heat = {st.phone: st for st in store.phone_stats() if st.key == job.device_key}
+    for row in rows:  # its heat: the thermometer's last reading against its fastest, hot ones
+        st = heat.get(row["phone"])
+        row["heat"] = None if st is None or st.heat is None else round(st.heat, 3)
+        row["hot"] = st.hot if st is not None else 0
     busy = sum(r["busy_s"] for r in rows)
     return {"phones": rows, "tuning_wall_s": round(wall, 2),
             "phone_utilization": round(busy / (wall * len(rows)), 3) if rows and wall else 0.0}

@@ -45,7 +45,8 @@ def svg_timeline(spans: list[PhoneSpan], phones: list[JsonDict], wall_s: float) 
     out = []
     for i, p in enumerate(phones):
         y = 8 + i * ROW_H
-        label = f"{p['phone']} ({p['worker']}) {100 * p['utilization']:.0f} % busy"
+        hot = f", hot {p['hot']}x" if p.get("hot") else ""
+        label = f"{p['phone']} ({p['worker']}) {100 * p['utilization']:.0f} % busy{hot}"
         out.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(label)}</text>'
                    f'<rect x="{LABEL_W}" y="{y}" width="{PLOT_W}" height="14" fill="#f4f4f4"/>')
     for phone, task, start, end in bars(spans):
@@ -76,10 +77,14 @@ def phone_table(phones: list[JsonDict]) -> str:
     rows = []
     for p in phones:
         mean = "-" if p["mean_ms"] is None else f"{p['mean_ms']:.0f}"
+        heat = "-" if p.get("heat") is None else f"{100 * p['heat']:+.0f} %"
         rows.append(f"<tr><td>{html.escape(p['phone'])}</td><td>{html.escape(p['worker'])}</td>"
                     f"<td>{p['measurements']}</td><td>{p['busy_s']:.1f}</td>"
                     f"<td>{p['idle_s']:.1f}</td><td>{100 * p['utilization']:.0f} %</td>"
-                    f"<td>{mean}</td><td>{p['device_lost']}</td></tr>")
+                    f"<td>{mean}</td><td>{p['device_lost']}</td><td>{heat}</td>"
+                    f"<td>{p.get('hot', 0)}</td></tr>")
     return ("<table><tr><th>phone</th><th>worker host</th><th>measurements</th><th>busy s</th>"
-            "<th>idle s</th><th>utilization</th><th>mean ms</th><th>device lost</th></tr>"
-            f"{''.join(rows)}</table>")
+            "<th>idle s</th><th>utilization</th><th>mean ms</th><th>device lost</th>"
+            "<th title=\"its thermometer's last reading against its fastest\">heat</th>"
+            "<th title=\"readings over its profile's heat_share: each set it resting\">hot</th>"
+            f"</tr>{''.join(rows)}</table>")

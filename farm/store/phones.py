@@ -10,10 +10,16 @@ address a worker's session connected to (workers/round/runner.py learns it from 
   tuning), counted by the worker host's heartbeat for every phone on its tracker, so a phone
   that measured nothing while its key had work shows idle time and 0 busy seconds;
   idle_s = work_s - busy_s.
+- *Heat*: its thermometer's readings (farm/devices/thermometer.py): the fastest reading is
+  its baseline; a reading more than a share slower is hot, sets it aside for a rest and is
+  counted (`hot`); the time of its last cool reading bounds which measurements a hot one
+  puts in doubt.
 
 Contract of every `PhoneLedger` (tests/unit/test_store_*.py): spans add to their
 phone's totals (busy, measurements, device lost) and to their job's list, in order;
-`add_phone_work` adds to work_s and makes a phone known even before it measured.
+`add_phone_work` adds to work_s and makes a phone known even before it measured;
+`phone_heat` keeps the fastest reading as the baseline, sets a hot phone aside and answers
+the last cool reading's time.
 """
 
 from __future__ import annotations
@@ -62,7 +68,17 @@ class PhoneStat(_Message):
     measurements: int = 0
     device_lost: int = 0
     last_at: float = 0.0  # the end of its last measurement (0: never measured)
-    aside_until: float = 0.0  # set aside (lost too often) until then; 0: never was
+    aside_until: float = 0.0  # set aside (lost too often, or hot) until then; 0: never was
+    aside_why: str = ""  # "lost" or "hot"
+    heat_base_us: float = 0.0  # its thermometer's fastest reading (0: never read)
+    heat_us: float = 0.0  # its last reading
+    heat_at: float = 0.0  # ... when
+    hot: int = 0  # hot readings
+
+    @property
+    def heat(self) -> float | None:
+        """How much slower its last reading was than its fastest (0.1: 10 %); None: unread."""
+        return self.heat_us / self.heat_base_us - 1 if self.heat_base_us > 0 else None
 
     @property
     def idle_s(self) -> float:
@@ -117,7 +133,12 @@ def phone_rows(stats: list[PhoneStat], registered: set[str]) -> list[JsonDict]:
              "work_s": round(s.work_s, 2), "device_lost": s.device_lost,
              "mean_ms": None if s.mean_ms is None else round(s.mean_ms, 1),
              "last_at": s.last_at or None,
-             "aside_until": s.aside_until if s.aside_until > time.time() else None}
+             "aside_until": s.aside_until if s.aside_until > time.time() else None,
+             "aside_why": s.aside_why if s.aside_until > time.time() else None,
+             "heat": None if s.heat is None else round(s.heat, 3),
+             "heat_us": round(s.heat_us, 2) if s.heat_us else None,
+             "heat_base_us": round(s.heat_base_us, 2) if s.heat_base_us else None,
+             "hot": s.hot}
             for s in stats]
 
 
@@ -125,17 +146,22 @@ def format_phones(rows: list[JsonDict]) -> str:
     if not rows:
         return "no phone has measured or had work yet"
     lines = [f"{'phone':24} {'device key':16} {'worker host':22} {'state':10} {'meas.':>6} "
-             f"{'busy':>8} {'idle':>8} {'mean':>9} {'lost':>5}"]
+             f"{'busy':>8} {'idle':>8} {'mean':>9} {'lost':>5} {'heat':>6} {'hot':>4}"]
     for r in rows:
         mean = f"{r['mean_ms']:.0f} ms" if r["mean_ms"] is not None else "-"
         state = "registered" if r["registered"] else "gone"
         if r["aside_until"]:
-            state = "set aside until " + time.strftime("%H:%M:%S", time.localtime(r["aside_until"]))
+            until = time.strftime("%H:%M:%S", time.localtime(r["aside_until"]))
+            state = f"{'hot: resting' if r['aside_why'] == 'hot' else 'set aside'} until {until}"
+        heat = f"{r['heat']:+.0%}" if r["heat"] is not None else "-"
         lines.append(f"{r['phone']:24} {r['key']:16} {r['worker']:22} {state:10} "
                      f"{r['measurements']:6} "
-                     f"{r['busy_s']:7.0f}s {r['idle_s']:7.0f}s {mean:>9} {r['device_lost']:5}")
+                     f"{r['busy_s']:7.0f}s {r['idle_s']:7.0f}s {mean:>9} {r['device_lost']:5} "
+                     f"{heat:>6} {r['hot']:4}")
     lines.append("(busy: a measurement in flight; idle: its key had work and it measured nothing; "
-                 "set aside: lost too often, not measured on until then)")
+                 "set aside: lost too often, not measured on until then; heat: its thermometer's "
+                 "last reading against its fastest; hot: readings over the profile's "
+                 "heat_share, each followed by a rest)")
     return "\n".join(lines)
 
 
@@ -156,6 +182,15 @@ class PhoneLedger(ABC):
         time it is set aside until (0: it is not)."""
 
     @abstractmethod
+    def phone_heat(self, key: str, phone: str, us: float, at: float, share: float,
+                   rest_s: float) -> tuple[bool, float, float]:
+        """Note a thermometer reading of `us` at `at`: hot when it is more than `share`
+        slower than the phone's baseline (its fastest reading; the first reading makes it);
+        a hot phone is set aside until `at + rest_s` (why: "hot"), a cool reading lowers the
+        baseline where it is faster. Returns (hot, the baseline, the time of the phone's last
+        cool reading before this one: 0 for none)."""
+
+    @abstractmethod
     def phone_stats(self) -> list[PhoneStat]:
         """Every phone the farm has seen, sorted by key and address."""
 
@@ -171,4 +206,25 @@ def phone_stat(member: str, raw: dict[str, str]) -> PhoneStat:
                      measurements=int(raw.get("measurements", 0)),
                      device_lost=int(raw.get("device_lost", 0)),
                      last_at=float(raw.get("last_at", 0)),
-                     aside_until=float(raw.get("aside_until", 0)))
+                     aside_until=float(raw.get("aside_until", 0)),
+                     aside_why=raw.get("aside_why", "lost" if raw.get("aside_until") else ""),
+                     heat_base_us=float(raw.get("heat_base_us", 0)),
+                     heat_us=float(raw.get("heat_us", 0)), heat_at=float(raw.get("heat_at", 0)),
+                     hot=int(float(raw.get("hot", 0))))
+
+
+def heat_verdict(raw: dict[str, str], us: float, at: float, share: float,
+                 rest_s: float) -> tuple[bool, float, float, dict[str, str]]:
+    """`phone_heat`'s rule on a phone's ledger fields (both backends): (hot, baseline, last
+    cool reading before, the fields to write)."""
+    base = float(raw.get("heat_base_us") or 0)
+    cool_at = float(raw.get("heat_cool_at") or 0)
+    hot = base > 0 and us > base * (1 + share)
+    out = {"heat_us": repr(us), "heat_at": repr(at)}
+    if hot:
+        out |= {"hot": str(int(float(raw.get("hot") or 0)) + 1), "aside_why": "hot",
+                "aside_until": repr(max(float(raw.get("aside_until") or 0), at + rest_s))}
+    else:
+        base = us if base <= 0 else min(base, us)
+        out |= {"heat_base_us": repr(base), "heat_cool_at": repr(at)}
+    return hot, base, cool_at, out

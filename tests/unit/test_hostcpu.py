@@ -75,3 +75,27 @@ def test_a_worker_refuses_a_round_its_cpu_cannot_run():
         check_cpu(profile, {"kind": "llvm", "mcpu": cpu}, "here")
     check_cpu(profile, profile.on_cpu(system_cpu()).target_json(), "here")  # its own: runs
     check_cpu(resolve_profile("android-arm64"), {"kind": "llvm", "mcpu": cpu}, "here")
+
+
+def test_a_cpu_whose_machine_hides_features_is_that_cpu_with_them_off():
+    """A VM whose CPU LLVM calls znver4 with AVX-512 masked (its kernel lists no avx512*):
+    code for mcpu=znver4 died of SIGILL in every session; the features it hides are off."""
+    from farm.core.profiles import resolve_profile
+    from farm.devices.hostcpu import _cpuinfo_flags, hidden_features, missing_features
+
+    text = ("processor\t: 0\nflags\t\t: fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt avx avx2 fma "
+            "f16c bmi1 bmi2 abm movbe adx aes sha_ni pclmulqdq vaes vpclmulqdq cx16 sse4a xsaveopt "
+            "xsavec xsaves xsave\n")
+    flags = _cpuinfo_flags(text)
+    hidden = hidden_features("znver4", flags)
+    assert "avx512f" in hidden and "avx512bw" in hidden
+    assert not {"avx2", "fma", "sse4.1", "sse3", "lzcnt", "bmi", "sha", "pclmul"} & set(hidden)
+    cpu = ",".join(["znver4", *(f"-{f}" for f in hidden)])
+    target = resolve_profile("cpu-local").on_cpu(cpu).target
+    assert target["mcpu"] == "znver4" and "-avx512f" in target["mattr"]
+    assert missing_features(target, cpu) == []  # it runs here
+    assert "avx512f" in missing_features({"kind": "llvm", "mcpu": "znver4"}, cpu)
+    every = text.replace("xsave\n", "xsave avx512f avx512bw avx512cd avx512dq avx512vl "
+                         "avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg "
+                         "avx512_vpopcntdq avx512_bf16 gfni\n")
+    assert hidden_features("znver4", _cpuinfo_flags(every)) == []  # a machine that shows all

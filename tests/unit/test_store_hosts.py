@@ -104,3 +104,22 @@ def test_spans_of_the_layout_before_are_read_with_the_new(clean_redis):
     assert [s.start for s in store.job_phone_spans("j1")] == [90.0, 100.0, 100.0]
     assert store.r.llen(keys.job_phone_spans("j1")) == 2  # a batch is one item
     store.close()
+
+
+def test_a_phone_slower_than_its_fastest_reading_by_more_than_the_share_is_hot(store):
+    args = dict(share=0.25, rest_s=100.0)
+    assert store.phone_heat("k", "p:1", 40.0, at=1000.0, **args) == (False, 40.0, 0.0)
+    assert store.phone_heat("k", "p:1", 30.0, at=1010.0, **args) == (False, 30.0, 1000.0)
+    assert store.phone_heat("k", "p:1", 37.0, at=1020.0, **args) == (False, 30.0, 1010.0)
+    assert store.phone_heat("k", "p:2", 80.0, at=1025.0, **args) == (False, 80.0, 0.0)  # its own
+    hot, base, cool_at = store.phone_heat("k", "p:1", 38.0, at=1030.0, **args)  # 30 * 1.25 < 38
+    assert (hot, base, cool_at) == (True, 30.0, 1020.0)
+    stats = {s.phone: s for s in store.phone_stats()}
+    assert stats["p:1"].aside_until == 1130.0 and stats["p:1"].aside_why == "hot"
+    assert stats["p:1"].hot == 1 and stats["p:1"].heat_base_us == 30.0
+    assert stats["p:1"].heat == pytest.approx(38.0 / 30.0 - 1)
+    assert stats["p:2"].hot == 0 and stats["p:2"].aside_until == 0.0
+    # a hot reading neither lowers the baseline nor counts as the last cool one
+    assert store.phone_heat("k", "p:1", 31.0, at=1040.0, **args) == (False, 30.0, 1020.0)
+    assert store.phone_lost("k", "p:2", at=1050.0, window_s=60.0, limit=1, aside_s=5.0)
+    assert {s.phone: s.aside_why for s in store.phone_stats()}["p:2"] == "lost"

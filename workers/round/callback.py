@@ -5,6 +5,11 @@ failure is classified (build, runtime, timeout); a candidate whose phone went
 away (device_lost) is not stored at all, so it can be measured again, unless that
 same candidate has lost a phone CULPRIT_AFTER times (over every round, host and job):
 then it is stored as the culprit, a failed kernel that is never measured again.
+
+A candidate measured on a phone found hot (workers/round/phonelog.py) is stored unverified,
+as an imported record is: kept, never a best, measured again when proposed (or first, in a
+later round, where it claims to beat the best). So are the round's earlier measurements on
+that phone since its last cool reading (their records replaced by unverified ones).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tvm import __version__ as TVM_VERSION
@@ -47,6 +52,7 @@ class RoundCounters:
     store_error: Exception | None = None  # the store failed mid-round (re-raised after the loop)
     measure_s: float = 0.0  # batch sent to the phones -> all its results back, summed
     batches: int = 0
+    hot: int = 0  # measurements of a hot phone: stored unverified
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ class StoreCallback:
         # its `started` times the batch's measurement; its phone log, which phone measured what
         self.runner = runner
         self.built_by = built_by
+        # phone -> the verified records this round measured on it since its last reading
+        # (a hot reading puts them in doubt)
+        self.since_read: dict[str, list[StoredRecord]] = {}
 
     def _device_lost(self, candidate: str, error_msg: str) -> int:
         """A run sent to a phone that went away: counted (it is not stored; a culprit is, and
@@ -119,10 +128,13 @@ class StoreCallback:
                         "culprit, not measured again", self.workload_key, candidate, lost)
         return lost
 
-    def _note_phones(self, builder_results: list[BuilderResult], outcomes: list[str]) -> None:
-        """Which phone measured each candidate of the batch, when, and how it ended."""
+    def _note_phones(self, builder_results: list[BuilderResult],
+                     outcomes: list[str]) -> dict[str, str]:
+        """Which phone measured each candidate of the batch, when, and how it ended. Returns
+        the batch's artifacts measured on a phone found hot -> that phone, after marking the
+        round's earlier measurements on it in doubt."""
         if self.runner is None:
-            return
+            return {}
         log_, p = self.runner.phone_log, self.provenance
         self.counters.batches += 1
         spans = log_.spans([None if b.error_msg else b.artifact_path for b in builder_results],
@@ -130,10 +142,51 @@ class StoreCallback:
                            worker=p.host, key=p.device_key, task=p.task,
                            batch=f"{p.round_id}#{self.counters.batches}")
         try:
-            log_.commit(self.store, spans)
+            hot = log_.commit(self.store, spans)
+            for phone in {r.phone for r in log_.readings}:  # read: what came before is
+                if phone not in hot:  # confirmed by a cool reading
+                    self.since_read.pop(phone, None)
+            for phone, cool_at in hot.items():
+                self._doubt([r for r in self.since_read.pop(phone, []) if r.measured_at >= cool_at],
+                            phone)
         except Exception as e:
             self.counters.store_error = e
             raise
+        return {a: ph for a, ph in log_.phone_of.items() if ph in hot}
+
+    def _doubt(self, records: list[StoredRecord], phone: str) -> None:
+        """Store the round's earlier measurements of a phone found hot as unverified."""
+        for rec in records:
+            if self.store.remove_records(self.workload_key, [rec.candidate]):
+                self.store.add_record(replace(rec, verified=False, source=f"hot:{phone}"))
+                self.counters.hot += 1
+        if records:
+            log.info("workload %s: %d earlier measurements of hot phone %s stored unverified",
+                     self.workload_key, len(records), phone)
+
+    def _count(self, stored: StoredRecord, phone: str) -> None:
+        """Commit one measurement and count it (one of a hot phone is not the round's)."""
+        c = self.counters
+        try:
+            added = self.store.add_record(stored)
+        except Exception as e:
+            c.store_error = e
+            raise
+        if not added:
+            c.duplicates += 1
+            return
+        if not stored.verified:
+            return  # measured on a hot phone: not the round's result until measured again
+        c.new += 1
+        if stored.error_class is None:
+            c.valid += 1
+            if phone:
+                self.since_read.setdefault(phone, []).append(stored)
+            if c.best_us is None or stored.run_us < c.best_us:  # type: ignore[operator]
+                c.best_us = stored.run_us
+        else:
+            c.failures[stored.error_class] += 1
+            c.errors.setdefault(stored.error_class, brief(stored.error_msg))
 
     def __call__(self, measure_candidates: list[MeasureCandidate],
                  builder_results: list[BuilderResult], runner_results: list[RunnerResult],
@@ -145,10 +198,12 @@ class StoreCallback:
             c.measure_s += (ended or time.monotonic()) - self.runner.started
         outcomes = [outcome(built, ran) for built, ran in zip(builder_results, runner_results,
                                                               strict=True)]
-        self._note_phones(builder_results, [o[0] or "ok" for o in outcomes])
-        for cand, (error_class, error_msg, run_secs) in zip(measure_candidates, outcomes,
-                                                           strict=True):
+        hot = self._note_phones(builder_results, [o[0] or "ok" for o in outcomes])
+        for cand, built, (error_class, error_msg, run_secs) in zip(
+                measure_candidates, builder_results, outcomes, strict=True):
             record = self.tuned.record(cand, run_secs)
+            phone = self.runner.phone_log.phone_of.get(built.artifact_path or "", "") \
+                if self.runner is not None else ""
             if error_class == "device_lost":
                 lost = self._device_lost(candidate_hash(record), error_msg)
                 if lost < CULPRIT_AFTER:
@@ -165,22 +220,10 @@ class StoreCallback:
                 tvm=built_by.tvm if built_by is not None else TVM_VERSION,
                 builder=built_by.stamp if built_by is not None else "",
             )
-            try:
-                added = self.store.add_record(stored)
-            except Exception as e:
-                c.store_error = e
-                raise
-            if added:
-                c.new += 1
-                if error_class is None:
-                    c.valid += 1
-                    if c.best_us is None or run_us < c.best_us:  # type: ignore[operator]
-                        c.best_us = run_us
-                else:
-                    c.failures[error_class] += 1
-                    c.errors.setdefault(error_class, brief(error_msg))
-            else:
-                c.duplicates += 1
+            if phone in hot.values() and error_class is None:
+                stored = replace(stored, verified=False, source=f"hot:{phone}")
+                c.hot += 1
+            self._count(stored, phone)
         if self.on_progress is not None:
             try:
                 self.on_progress(c)

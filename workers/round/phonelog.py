@@ -9,6 +9,11 @@ deadline (a frozen phone) writes no end: that phone's span ends at the deadline,
 
 The round's StoreCallback turns the lines of a batch into `PhoneSpan`s (`PhoneLog.spans`);
 lines are keyed by session (pool process id and its session count).
+
+Heat: a session whose phone was last read more than the profile's `heat_check_s` ago (by
+any process of this host) reads its thermometer first (farm/devices/thermometer.py) and
+writes the reading; the round compares it with the phone's baseline in the store
+(`PhoneLog.commit`) and a hot phone rests (set aside, as a phone lost too often is).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from typing import TYPE_CHECKING
 from farm.core.aliases import JsonDict, RPCSession, RuntimeModule
 from farm.core.errors import ServiceError
 from farm.core.secrets import runtime_dir
+from farm.devices import thermometer as thermo_mod
 from farm.devices import tracker as tracker_mod
 from farm.devices.evaluate import configure_threads
+from farm.devices.thermometer import Thermometer
 from farm.devices.tracker import grant, phone_address
 from farm.store import RecordStore
 from farm.store.phones import PhoneSpan
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _ENDS: list[str] = []  # the folder of each phone's last end (this user's: runtime_dir)
+_READS: list[str] = []  # ... and of its thermometer's last reading
 
 
 @dataclass
@@ -63,7 +71,8 @@ def _write(path: str, entry: JsonDict) -> None:
 
 
 def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: RPCConfig,
-                   ticket: str = "", threads: tuple[int, str] | None = None) -> RPCSession:
+                   ticket: str = "", threads: tuple[int, str] | None = None,
+                   heat: Thermometer | None = None) -> RPCSession:
     """f_create_session: a session on a phone of the key that is not set aside. The phone is
     noted as soon as the tracker grants it, before connecting: a frozen phone hangs the
     connection, and the pool kills this process at its deadline. A phone set aside is not
@@ -71,7 +80,8 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
     it), and the wait does not count as busy. The grant (or the failure to get one) settles
     the measurement's turn in its batch (`ticket`: workers/round/turns.py). `threads`: the
-    session's thread count and affinity on the phone (a CPU profile's; farm/devices/evaluate.py)."""
+    session's thread count and affinity on the phone (a CPU profile's; farm/devices/evaluate.py).
+    `heat`: the profile's thermometer, read when the phone's last reading is old enough."""
     from tvm.rpc import client
 
     from workers.round.turns import settle
@@ -99,7 +109,49 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
         if wait > 0:
             time.sleep(wait)
             _write(log_path, {"sid": sid, "cooled": wait})
+    if heat is not None and time.time() - _last_read(phone) >= heat.every_s:
+        _read_heat(log_path, sid, phone, session, heat)
     return session
+
+
+def _read_heat(log_path: str, sid: str, phone: str, session: RPCSession,
+               heat: Thermometer) -> None:
+    """Read the phone's thermometer and write the reading (and how long it took, which is
+    not the measurement's time). A thermometer that fails is logged: the measurement goes on
+    (a phone that broke shows in the candidate's own run)."""
+    t0 = time.time()
+    try:
+        us = thermo_mod.read(session, heat)
+    except Exception as e:  # noqa: BLE001 - a reading is an extra, never the measurement
+        log.warning("phone %s: its thermometer could not be read: %s", phone, e)
+        return
+    took = time.time() - t0
+    _write(log_path, {"sid": sid, "heat_us": us, "heat_at": t0, "heat_s": took})
+    _stamp(os.path.join(_reads_dir(), phone.replace("/", "_")), t0)
+
+
+def _reads_dir() -> str:
+    if not _READS:
+        _READS.append(runtime_dir("phone-heat"))
+    return _READS[0]
+
+
+def _last_read(phone: str) -> float:
+    """When the phone's thermometer was last read on this host (0: never)."""
+    try:
+        with open(os.path.join(_reads_dir(), phone.replace("/", "_")), encoding="utf-8") as f:
+            return float(f.read() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _stamp(path: str, at: float) -> None:
+    """Write `at` to `path` whole (another process may read it meanwhile)."""
+    with contextlib.suppress(OSError):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(repr(at))
+        os.replace(tmp, path)
 
 
 def _aside(log_path: str) -> dict[str, float]:
@@ -145,20 +197,28 @@ def cleanup(log_path: str, session: RPCSession, remote_path: str | None) -> None
         if sid is not None:
             now = time.time()
             _write(log_path, {"sid": sid, "end": now})
-            with contextlib.suppress(OSError):  # for the phone's cool-down, any process here
-                tmp = f"{_ends_path(phone)}.{os.getpid()}"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(repr(now))
-                os.replace(tmp, _ends_path(phone))
+            _stamp(_ends_path(phone), now)  # for the phone's cool-down, any process here
 
 
 @dataclass(frozen=True)
 class LostPolicy:
-    """A phone lost `limit` times within `window_s` is set aside for `aside_s`."""
+    """A phone lost `limit` times within `window_s` is set aside for `aside_s`; one whose
+    thermometer reads more than `heat_share` slower than its fastest rests `heat_rest_s`."""
 
     limit: int = 3
     window_s: float = 600.0
     aside_s: float = 300.0
+    heat_share: float = 0.25
+    heat_rest_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A phone's thermometer read in a session of the batch: `us` at `at`."""
+
+    phone: str
+    us: float
+    at: float
 
 
 class PhoneLog:
@@ -172,10 +232,15 @@ class PhoneLog:
         self.tracker = tracker
         self.key = key
         self.policy = policy or LostPolicy()
+        self.readings: list[Reading] = []  # the last batch's thermometer readings (`spans`)
+        self.phone_of: dict[str, str] = {}  # the last batch's artifacts -> their phone
 
-    def commit(self, store: RecordStore, spans: list[PhoneSpan]) -> None:
-        """Store a batch's spans; a phone lost too often is set aside (and said so)."""
+    def commit(self, store: RecordStore, spans: list[PhoneSpan]) -> dict[str, float]:
+        """Store a batch's spans and thermometer readings; a phone lost too often, or hot, is
+        set aside (and said so). Returns the phones found hot, each with the time of its last
+        cool reading before (its measurements since are in doubt; 0: it has none)."""
         store.note_phone_spans(spans)
+        hot = self._heat(store)
         for sp in spans:
             if sp.outcome != "device_lost":
                 continue
@@ -185,6 +250,25 @@ class PhoneLog:
                 log.warning("phone %s (key %s) was lost %d times within %.0f s: set aside for "
                             "%.0f s", sp.phone, sp.key, p.limit, p.window_s, p.aside_s)
         self.refresh(store)
+        return hot
+
+    def _heat(self, store: RecordStore) -> dict[str, float]:
+        """The batch's readings against each phone's baseline: the hot phones (-> their last
+        cool reading's time), rested by the store."""
+        p, hot = self.policy, {}
+        for r in sorted(self.readings, key=lambda r: r.at):
+            is_hot, base, cool_at = store.phone_heat(self.key, r.phone, r.us, r.at,
+                                                     p.heat_share, p.heat_rest_s)
+            if is_hot and r.phone not in hot:
+                hot[r.phone] = cool_at
+                log.warning("phone %s (key %s) is hot: its thermometer read %.1f us, %.0f %% "
+                            "slower than its fastest %.1f us (the profile's heat_share: %.0f %%): "
+                            "resting %.0f s; its measurements since %s are stored unverified "
+                            "(measured again before one can be a best)", r.phone, self.key,
+                            r.us, 100 * (r.us / base - 1), base, 100 * p.heat_share,
+                            p.heat_rest_s, time.strftime("%H:%M:%S", time.localtime(cool_at))
+                            if cool_at else "it was first read")
+        return hot
 
     def refresh(self, store: RecordStore) -> dict[str, float]:
         """Write the phones of the key set aside now, for the next sessions. When every phone
@@ -232,10 +316,17 @@ class PhoneLog:
         runner's deadline, and one that never uploaded failed to connect: device lost."""
         outcome_of = {a: o for a, o in zip(artifacts, outcomes, strict=True) if a}
         out = []
+        self.readings, self.phone_of = [], {}
         for seen in self._read().values():
             if "phone" not in seen:
                 continue
-            start = float(seen["start"]) + float(seen.get("cooled", 0.0))
+            if "heat_us" in seen:
+                self.readings.append(Reading(seen["phone"], float(seen["heat_us"]),
+                                             float(seen["heat_at"])))
+            if seen.get("artifact"):
+                self.phone_of[seen["artifact"]] = seen["phone"]
+            start = (float(seen["start"]) + float(seen.get("cooled", 0.0))
+                     + float(seen.get("heat_s", 0.0)))
             ended = "end" in seen
             end = float(seen["end"]) if ended else min(time.time(), start + self.deadline_s)
             what = outcome_of.get(seen.get("artifact", ""), "device_lost")

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
+import logging
 import os
 import tempfile
 import time
@@ -30,6 +32,7 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig
 
 from farm.core.profiles import DeviceProfile
 from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator, session_threads
+from farm.devices.thermometer import Thermometer, thermometer
 from farm.devices.tracker import parse_addr
 from farm.devices.tvmapi import rpc_runner_class
 from workers.round import phonelog
@@ -39,6 +42,8 @@ from workers.round.turns import Turns
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RunnerFuture, RunnerInput
+
+log = logging.getLogger(__name__)
 
 
 @derived_object
@@ -65,10 +70,13 @@ class BoundedRPCRunner(rpc_runner_class()):  # type: ignore[misc]
         os.close(fd)
         atexit.register(_remove, path)
         atexit.register(_remove, path + ".aside")
+        policy = dataclasses.replace(policy or LostPolicy(), heat_share=profile.heat_share,
+                                     heat_rest_s=profile.heat_rest_s)
         self.phone_log = PhoneLog(path, deadline_s=run_timeout_s, tracker=tracker,
                                   key=profile.key, policy=policy)  # which phone measured what
         self._create_session = functools.partial(phonelog.create_session, path, tracker,
-                                                 profile.cooldown_s, threads=session_threads(profile))
+                                                 profile.cooldown_s, threads=session_threads(profile),
+                                                 heat=_thermometer(profile))
         self.f_create_session = self._create_session
         self.f_upload_module = functools.partial(phonelog.upload_module, path)
         self.f_cleanup = functools.partial(phonelog.cleanup, path)
@@ -103,6 +111,15 @@ class BoundedRPCRunner(rpc_runner_class()):  # type: ignore[misc]
     def _returned(self, ticket: str) -> None:
         self.ended = time.monotonic()
         self.turns.returned(ticket)
+
+
+def _thermometer(profile: DeviceProfile) -> Thermometer | None:
+    """The profile's thermometer (None: heat checks off, or it does not build: said so)."""
+    try:
+        return thermometer(profile)
+    except Exception as e:  # noqa: BLE001 - tune without heat checks rather than not at all
+        log.warning("key %s: no thermometer (heat checks off): %s", profile.key, e)
+        return None
 
 
 def _remove(path: str) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import threading
 
-from farm.store.phones import SPANS_KEPT, PhoneLedger, PhoneSpan, PhoneStat, phone_stat
+from farm.store.phones import (
+    SPANS_KEPT,
+    PhoneLedger,
+    PhoneSpan,
+    PhoneStat,
+    heat_verdict,
+    phone_stat,
+)
 
 
 class MemoryPhoneLedger(PhoneLedger):
@@ -48,15 +55,23 @@ class MemoryPhoneLedger(PhoneLedger):
             if len(losses) < limit:
                 return 0.0
             self._losses.pop(f"{key}|{phone}")
-            self._add(key, phone, aside_until=repr(at + aside_s))
+            self._add(key, phone, aside_until=repr(at + aside_s), aside_why="lost")
             return at + aside_s
+
+    def phone_heat(self, key: str, phone: str, us: float, at: float, share: float,
+                   rest_s: float) -> tuple[bool, float, float]:
+        with self._phone_lock:
+            row = self._phones.setdefault(f"{key}|{phone}", {})
+            hot, base, cool_at, fields = heat_verdict(row, us, at, share, rest_s)
+            row.update(fields)
+            return hot, base, cool_at
 
     def phone_stats(self) -> list[PhoneStat]:
         with self._phone_lock:
             rows = {m: dict(raw) for m, raw in self._phones.items()}
         out = []
         for m, raw in sorted(rows.items()):
-            for name in ("measurements", "device_lost"):
+            for name in ("measurements", "device_lost", "hot"):
                 raw[name] = str(int(float(raw.get(name, 0))))
             out.append(phone_stat(m, raw))
         return out

@@ -7,7 +7,14 @@ import zlib
 
 from farm.core import keys
 from farm.core.aliases import RedisClient
-from farm.store.phones import SPANS_KEPT, PhoneLedger, PhoneSpan, PhoneStat, phone_stat
+from farm.store.phones import (
+    SPANS_KEPT,
+    PhoneLedger,
+    PhoneSpan,
+    PhoneStat,
+    heat_verdict,
+    phone_stat,
+)
 
 
 class RedisPhoneLedger(PhoneLedger):
@@ -60,10 +67,22 @@ class RedisPhoneLedger(PhoneLedger):
         until = at + aside_s
         pipe = self.r.pipeline()
         pipe.sadd(keys.phone_index(), f"{key}|{phone}")
-        pipe.hset(keys.phone(key, phone), "aside_until", repr(until))
+        pipe.hset(keys.phone(key, phone), mapping={"aside_until": repr(until), "aside_why": "lost"})
         pipe.delete(losses)
         pipe.execute()
         return until
+
+    def phone_heat(self, key: str, phone: str, us: float, at: float, share: float,
+                   rest_s: float) -> tuple[bool, float, float]:
+        # read, decide, write: a phone's readings come from the one host whose tracker holds
+        # it, one session at a time, so two readings of a phone do not race
+        hkey = keys.phone(key, phone)
+        hot, base, cool_at, fields = heat_verdict(self.r.hgetall(hkey), us, at, share, rest_s)
+        pipe = self.r.pipeline()
+        pipe.sadd(keys.phone_index(), f"{key}|{phone}")
+        pipe.hset(hkey, mapping=fields)
+        pipe.execute()
+        return hot, base, cool_at
 
     def phone_stats(self) -> list[PhoneStat]:
         members = sorted(self.r.smembers(keys.phone_index()))
