@@ -203,7 +203,7 @@ def profiles_for(cpu: str, triple: str, overrides: dict[str, JsonDict],
     from tvm.target import codegen
 
     from farm.core.profiles import known_keys
-    from farm.devices.hostcpu import missing_features
+    from farm.devices.hostcpu import missing_features, split_cpu
 
     here = str(codegen.llvm_get_system_triple())
     made: list[str] = []
@@ -217,7 +217,7 @@ def profiles_for(cpu: str, triple: str, overrides: dict[str, JsonDict],
         arch = str(target.get("mtriple") or here).split("-")[0]
         if arch != triple.split("-")[0] or missing_features(target, cpu):
             continue
-        (made if cpu and target.get("mcpu") == cpu else runs).append(key)
+        (made if cpu and target.get("mcpu") == split_cpu(cpu)[0] else runs).append(key)
     return made, runs
 
 
