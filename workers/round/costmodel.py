@@ -310,7 +310,9 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    model = XGBModel(num_tuning_cores=threads)
+    from workers.round.features import CachedFeatures
+
+    model = XGBModel(num_tuning_cores=threads, extractor=CachedFeatures())
     candidates, results = [], []
     chosen = learnable(store.entries(workload_key))[:PRETRAIN_LIMIT]  # picked by entries
     task = store.get_workload(workload_key) if chosen else None

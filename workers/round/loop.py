@@ -238,6 +238,8 @@ class Searcher:
         ctx = ms.TuneContext(mod=self.mod, target=self.target, space_generator="post-order-apply",
                              search_strategy=self.search, task_name=self.name, rand_state=seed,
                              num_threads=self.threads, logger=TVM_LOG)
+        from workers.round.features import CachedFeatures
+
         model = cost_model if cost_model is not None else ms.CostModel.create(
-            "xgb", num_tuning_cores=self.threads, tree_method="auto")
+            "xgb", num_tuning_cores=self.threads, tree_method="auto", extractor=CachedFeatures())
         return Loop(ctx, builder, measure, model, on_results, ahead=ahead)

@@ -1,0 +1,139 @@
+"""A warm round's search, with its features computed once per schedule or every time (issue 50,
+issue 47's warm wall), side by side in one process.
+
+    python bench/features.py [--batches 6] [--repeats 2] [--out bench/features.json]
+
+A round whose cost model has learned (its workload's own records, or the key's model) scores
+the evolutionary search's whole population every genetic iteration, each score a lowering of
+the schedule (MetaSchedule's per-store features). This runs the farm's search (population 128,
+2 iterations, batches of 16: the defaults) on three workloads (a 3x3 convolution, a depthwise
+3x3 convolution, a transformer's dense layer) with an XGBoost model that ranks from its first
+batch, the measured candidates committed to the search's database as a round's are, their
+"run times" a fixed function of the schedule (so both sides see the same ones), once with
+`CachedFeatures` (workers/round/features.py) and once with MetaSchedule's `PerStoreFeature`.
+The sides start from the same random state: the same features make the same scores, so they
+must propose the same candidates (checked), and the CPU of the search is the difference.
+Sides alternate which runs first. No phones: the measurements are not the subject.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def workloads() -> dict[str, Any]:
+    import tvm
+    from tvm import te, topi
+
+    def prim(*tensors: Any) -> Any:
+        return tvm.IRModule({"main": te.create_prim_func(list(tensors))})
+
+    x = te.placeholder((1, 64, 28, 28), name="x")
+    w = te.placeholder((64, 64, 3, 3), name="w")
+    conv = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+    dw_w = te.placeholder((96, 1, 3, 3), name="dw")
+    dx = te.placeholder((1, 96, 28, 28), name="dx")
+    dw = topi.nn.depthwise_conv2d_nchw(dx, dw_w, 1, 1, 1)
+    a = te.placeholder((128, 256), name="a")
+    b = te.placeholder((384, 256), name="b")
+    dense = topi.nn.dense(a, b)
+    return {"conv3x3": prim(x, w, conv), "depthwise": prim(dx, dw_w, dw),
+            "dense": prim(a, b, dense)}
+
+
+def run_side(mod: Any, cached: bool, batches: int, seed: int) -> dict[str, Any]:
+    """One search of `batches` batches; CPU seconds of proposing them, the candidates."""
+    import numpy as np
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from workers.round.features import CachedFeatures
+    from workers.round.search import evolutionary
+
+    np.random.seed(seed)  # XGBModel scores at random before its first update
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    extractor = CachedFeatures() if cached else PerStoreFeature()
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy=evolutionary(128, 2), task_name="bench",
+                         rand_state=seed, num_threads=1)
+    model = XGBModel(num_tuning_cores=1, extractor=extractor, num_warmup_samples=0)
+    db = MemoryDatabase()
+    workload = db.commit_workload(ctx.mod)
+    strategy = ctx.search_strategy
+    strategy.pre_tuning(max_trials=16 * batches, num_trials_per_iter=16,
+                        design_spaces=ctx.generate_design_space(), database=db, cost_model=model)
+    cpu, proposed = [], []
+    for _ in range(batches):
+        t0 = time.process_time()
+        cands = strategy.generate_measure_candidates()
+        cpu.append(time.process_time() - t0)
+        if cands is None:
+            break
+        hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in cands]
+        proposed.append(hashes)
+        secs = [1e-4 * (1 + (h % 1000) / 1000) for h in hashes]  # the same on both sides
+        results = [RunnerResult([s], None) for s in secs]
+        for c, s in zip(cands, secs, strict=True):
+            db.commit_tuning_record(TuningRecord(c.sch.trace, workload, [s], target,
+                                                 c.args_info))
+        model.update(ctx, cands, results)
+        strategy.notify_runner_results(cands, results)
+    strategy.post_tuning()
+    out: dict[str, Any] = {"cpu_s": cpu, "proposed": proposed}
+    if cached:
+        out |= {"hits": extractor.hits, "computed": extractor.computed}
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batches", type=int, default=6)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "features.json")
+    args = p.parse_args()
+    from workers.round.context import preload
+
+    preload()
+    rows = []
+    for name, mod in workloads().items():
+        for rep in range(args.repeats):
+            order = (True, False) if rep % 2 == 0 else (False, True)
+            got = {cached: run_side(mod, cached, args.batches, seed=17 + rep) for cached in order}
+            same = got[True]["proposed"] == got[False]["proposed"]
+            cached_s, plain_s = sum(got[True]["cpu_s"]), sum(got[False]["cpu_s"])
+            hits, computed = got[True]["hits"], got[True]["computed"]
+            rows.append({"workload": name, "repeat": rep, "batches": len(got[True]["cpu_s"]),
+                         "search_cpu_s_cached": round(cached_s, 3),
+                         "search_cpu_s_plain": round(plain_s, 3),
+                         "ratio": round(cached_s / plain_s, 3), "same_candidates": same,
+                         "hit_rate": round(hits / max(1, hits + computed), 3)})
+            print(json.dumps(rows[-1]), flush=True)
+    args.out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                    "batches": args.batches, "runs": rows}, indent=1) + "\n")
+    print(f"\n{'workload':10} {'cached s':>9} {'plain s':>9} {'ratio':>6} {'hits':>5}  same")
+    for name in workloads():
+        mine = [r for r in rows if r["workload"] == name]
+        print(f"{name:10} {statistics.median(r['search_cpu_s_cached'] for r in mine):9.2f} "
+              f"{statistics.median(r['search_cpu_s_plain'] for r in mine):9.2f} "
+              f"{statistics.median(r['ratio'] for r in mine):6.2f} "
+              f"{statistics.median(r['hit_rate'] for r in mine):5.2f}  "
+              f"{all(r['same_candidates'] for r in mine)}")
+    return 0 if all(r["same_candidates"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
