@@ -7,6 +7,7 @@ embedded farm for the job's lifetime; with one it only talks to the lab farm."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import shutil
@@ -46,7 +47,7 @@ from farm.pipeline.preflight import (
 from farm.pipeline.reader import load_apart
 from farm.pipeline.summary import JobOutcome, default_times, make_summary, phone_section
 from farm.pipeline.wait import View, wait_for_job
-from farm.store import TaskState, configured_store
+from farm.store import StoreUnavailable, TaskState, configured_store
 
 log = logging.getLogger(__name__)
 
@@ -213,32 +214,64 @@ def dispatch_job(farm: Farm, sub: Submission, prep: Prepared,
     return job
 
 
+DISPATCH_PATIENCE_S = 60.0  # the store or the broker restarting while the first rounds go out
+
+
 def send_first_rounds(farm: Farm, job: JobSpec, plans: list[plan_stage.TaskPlan],
                       first_round: int) -> None:
     """Stage 4: a task already in the store is done; every other gets its first round (of a
-    job budget, what `allocate` grants it). Later rounds chain on the workers."""
-    job_id, budget = job.job_id, job.trials_budget
+    job budget, what `allocate` grants it). Later rounds chain on the workers. A store or
+    broker that is away a moment (a restart) is waited for, up to DISPATCH_PATIENCE_S per
+    task: the job is in the store already, and a client that gave up here left it half sent."""
     for p in plans:
-        farm.store.put_workload(p.task, job_id)
-        if p.cached:
-            farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-                state="done", message=f"from store ({p.in_store} trials)",
-                updated_at=time.time()))
-            continue
-        trials = min(first_round, p.needed)
-        if budget:
-            trials = farm.store.allocate(job_id, trials, budget)
-            if trials == 0:
-                farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-                    state="done", message="job budget allocated to other tasks",
-                    updated_at=time.time()))
-                continue
-        first = plan_stage.round_of(job, p.task.workload_key, 0, trials, p.max_rounds)
-        # the state names the round before it is sent: a lost send is the supervisor's to redo
+        patiently(functools.partial(_send_first, farm, job, p, first_round),
+                  f"job {job.job_id}: task {p.task.name}'s first round")
+
+
+def _send_first(farm: Farm, job: JobSpec, p: plan_stage.TaskPlan, first_round: int) -> None:
+    job_id, budget = job.job_id, job.trials_budget
+    farm.store.put_workload(p.task, job_id)
+    if p.cached:
         farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
-            state="queued", message="round 1 queued", updated_at=time.time(),
-            round=first.to_json()))
-        send_round(farm.app, first)
+            state="done", message=f"from store ({p.in_store} trials)",
+            updated_at=time.time()))
+        return
+    trials = min(first_round, p.needed)
+    if budget:
+        trials = farm.store.allocate(job_id, trials, budget)
+        if trials == 0:
+            farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+                state="done", message="job budget allocated to other tasks",
+                updated_at=time.time()))
+            return
+    first = plan_stage.round_of(job, p.task.workload_key, 0, trials, p.max_rounds)
+    # the state names the round before it is sent: a lost send is the supervisor's to redo
+    farm.store.set_task_state(job_id, p.task.workload_key, TaskState(
+        state="queued", message="round 1 queued", updated_at=time.time(),
+        round=first.to_json()))
+    send_round(farm.app, first)
+
+
+def patiently(step: Callable[[], None], what: str,
+              patience_s: float = DISPATCH_PATIENCE_S) -> None:
+    """`step()`, again while the store or the broker is unreachable (with a growing pause), for
+    up to `patience_s`; then their error. Each step may run twice: it must be idempotent
+    (a job budget's `allocate` that reached Redis before the connection broke is counted
+    twice: the job measures less of its budget, never more)."""
+    from kombu.exceptions import OperationalError
+
+    deadline, pause = time.monotonic() + patience_s, 0.5
+    while True:
+        try:
+            step()
+            return
+        except (StoreUnavailable, OperationalError) as e:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("%s: the store or the broker is away (%s): again in %.1f s", what, e,
+                        pause)
+            time.sleep(pause)
+            pause = min(5.0, 2 * pause)
 
 
 def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonDict:
