@@ -23,7 +23,7 @@ Configurations, one after another (never two at once):
   `--helper-phones` (8, 16) phones three ways: its rounds' search one after another with
   measuring (FARM_SEARCH_AHEAD=0, the farm before 2026-12-05), a batch ahead (the default),
   and a batch ahead with a helper host (`farm worker --helper`) pinned to the other CPU, to
-  which the phone host lends its search and builds (borrow_search auto: 8 phones on 1 core
+  which the phone host lends its search and builds (lend_search auto: 8 phones on 1 core
   are short of cores). Efficiency is against the section's 1-phone run.
 
 Per configuration: job trials/min over the tuning phase (first round sent -> last task done,

@@ -177,10 +177,12 @@ def _worker_command(sub: Commands) -> None:
     w.add_argument("--helper", action="store_true",
                    help="a helper host: no tracker, no phones; it searches and builds rounds "
                         "for phone hosts short of cores (their phones measure)")
-    w.add_argument("--borrow-search", choices=["auto", "always", "never"],
+    w.add_argument("--lend-search", "--borrow-search", dest="lend_search",
+                   choices=["auto", "always", "never"],
                    help="lend rounds' search and builds to helper hosts: auto (when this host "
                         "is short of cores for its phones; default), always, never "
-                        "($FARM_BORROW_SEARCH)")
+                        "($FARM_LEND_SEARCH; --borrow-search and FARM_BORROW_SEARCH: its "
+                        "name before)")
     w.add_argument("--broker", help="redis://[:PASSWORD@]HOST:6379/0 (default $FARM_BROKER_URL; "
                                     "prefer it: a flag shows in `ps`)")
     w.add_argument("--redis", help="record store URL (default: the broker)")

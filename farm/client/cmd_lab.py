@@ -25,7 +25,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = config_of(args, broker_url=args.broker, redis_url=args.redis,
                      worker_concurrency=args.concurrency, metrics_port=args.metrics_port,
-                     metrics_host=args.metrics_host, borrow_search=args.borrow_search)
+                     metrics_host=args.metrics_host, lend_search=args.lend_search)
     keys = [k for k in (args.keys or "").split(",") if k]
     if args.helper:
         if args.tracker or keys:

@@ -49,8 +49,7 @@ class FarmConfig:
     build_timeout_s: float = 60.0
     run_timeout_s: float = 30.0  # one measurement session on a phone; a frozen phone ends here
     device_wait_s: float = 300.0  # how long a round waits for a phone of its key
-    # a phone lost this many times within the window is set aside (not measured on) this long
-    phone_lost_limit: int = 3
+    phone_lost_limit: int = 3  # lost this many times within the window: set aside this long
     phone_lost_window_s: float = 600.0
     phone_aside_s: float = 300.0
     # the broker's visibility timeout: a last resort only. A lost round comes back through the
@@ -69,8 +68,8 @@ class FarmConfig:
     builder_workers: int = field(default_factory=usable_cores)
     builder_max_uses: int = 1024  # calls a helper process serves, then recycled (bench/cpu.md)
     search_cores: int = 0  # threads of a round's search and cost model; 0: cores / concurrency
-    # schedules MetaSchedule's evolutionary search keeps and evolves for each batch: 8 per
-    # candidate of a batch of 16, as its 512 is for batches of 64 (bench/ahead.md)
+    # schedules the evolutionary search evolves a batch: 8 per candidate of a batch of 16, as
+    # MetaSchedule's 512 for batches of 64 (bench/ahead.md)
     search_population: int = 128
     search_iters: int = 2  # its genetic iterations per batch (MetaSchedule: 4; bench/cpu.md)
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
@@ -79,18 +78,15 @@ class FarmConfig:
     # 1: a round searches and builds its next batch while the phones measure the last one
     # (workers/round/loop.py); 0: one after the other, as MetaSchedule's tune_tir does
     search_ahead: int = 1
-    # a round lends its search and builds to a helper host (`farm worker --helper`,
-    # workers/round/lent.py): "auto" when this host is short of cores for its phones,
-    # "always" whenever a helper is alive, "never"
-    borrow_search: str = "auto"
+    # a round lends its search and builds to a helper host (workers/round/lent.py): "auto" when
+    # this host is short of cores for its phones, "always" whenever a helper is alive, "never"
+    lend_search: str = "auto"
     # a lent round takes its search back when its helper sends no batch within this long
     lent_batch_timeout_s: float = 180.0
-    # a workload the store has never measured measures first up to this many of its
-    # relatives' best schedules (its operator family's, farm/tir/family.py), replayed on it
-    # (workers/round/transfer.py); 0: never
+    # a workload the store has never measured measures first up to this many of its relatives'
+    # best schedules (its operator family's), replayed on it (workers/round/transfer.py); 0: never
     transfer_seeds: int = 8
-    # a worker's Prometheus /metrics (workers/host/metrics.py); 0: not served. Loopback unless told
-    metrics_port: int = 0
+    metrics_port: int = 0  # a worker's Prometheus /metrics (0: not served); loopback unless told
     metrics_host: str = "127.0.0.1"
     arm64_root: Path | None = None  # the emulated arm64 phone's folder (default: home/arm64-sim)
     opencl_root: Path | None = None  # TVM's OpenCL runtime for phones (default: home/opencl)
@@ -152,8 +148,8 @@ class FarmConfig:
                            ("search_ahead", "1 (search while measuring) or 0 (one after another)")):
             if getattr(self, name) not in (0, 1):
                 raise bad(name, f"must be {what}")
-        if self.borrow_search not in ("auto", "always", "never"):
-            raise bad("borrow_search", "must be auto, always or never")
+        if self.lend_search not in ("auto", "always", "never"):
+            raise bad("lend_search", "must be auto, always or never")
         self._check_seconds(bad)
         return self._check_urls_and_home(sources, bad)
 
@@ -283,7 +279,7 @@ _ENV = {
     "search_iters": "FARM_SEARCH_ITERS",
     "round_handoff": "FARM_ROUND_HANDOFF",
     "search_ahead": "FARM_SEARCH_AHEAD",
-    "borrow_search": "FARM_BORROW_SEARCH",
+    "lend_search": "FARM_LEND_SEARCH",
     "lent_batch_timeout_s": "FARM_LENT_BATCH_TIMEOUT_S",
     "transfer_seeds": "FARM_TRANSFER_SEEDS",
     "metrics_port": "FARM_METRICS_PORT",
@@ -298,7 +294,9 @@ _ENV = {
 
 _KINDS = {"int": int, "float": float}
 _FLAGS = {"broker_url": "--broker", "redis_url": "--redis", "worker_concurrency": "--concurrency",
-          "borrow_search": "--borrow-search"}
+          "lend_search": "--lend-search"}
+# names of before, still understood: farm.toml's [farm] keys and FARM_* variables
+_OLD = {"borrow_search": "lend_search", "FARM_BORROW_SEARCH": "FARM_LEND_SEARCH"}
 
 
 def _kind(name: str) -> str:
@@ -370,6 +368,7 @@ def load_config(
         farm = data.get("farm", {})
         if not isinstance(farm, dict):
             raise UsageError("farm must be a table ([farm])", subject=str(path))
+        farm = {_OLD.get(k, k): v for k, v in farm.items() if _OLD.get(k) not in farm}
         unknown = (set(farm) - {f.name for f in fields(FarmConfig)}) | (
             {"profiles", "config_file"} & set(farm))
         if unknown:
@@ -385,6 +384,8 @@ def load_config(
         values["config_file"] = Path(path).resolve()
     from farm.core.secrets import SECRET_VARS, secret
 
+    env = {**{new: env[old] for old, new in _OLD.items() if old in env and not env.get(new)},
+           **env}
     for name, var in _ENV.items():
         if var in SECRET_VARS and not env.get(var) and env.get(f"{var}_FILE"):
             sources[name] = f"{var}_FILE"

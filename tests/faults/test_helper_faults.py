@@ -40,7 +40,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
                     f'{f", mcpu = {json.dumps(cpu)}" if cpu else ""} }}\nhost_cpu = false\n')
     # every round lends its search (the phone host is not short of cores here); rounds of two
     # batches, so that a helper killed mid-round leaves a round half done
-    farm = Farm(root, key=KEY, env={"FARM_CONFIG": str(toml), "FARM_BORROW_SEARCH": "always",
+    farm = Farm(root, key=KEY, env={"FARM_CONFIG": str(toml), "FARM_LEND_SEARCH": "always",
                                     "FARM_ROUND_TRIALS": "32", "FARM_HOST_TTL_S": "9"})
     try:
         farm.helper = farm.start_helper(HELPER)  # type: ignore[attr-defined]

@@ -210,3 +210,21 @@ def test_a_password_is_redacted_and_url_encoded_whatever_it_holds(password):
     assert redact(url) == "redis://***@127.0.0.1:6379/0"
     raw = f"redis://:{password}@host:6379/0"  # as a user may write it, not encoded
     assert password not in redact(raw) and redact(raw).endswith("host:6379/0")
+
+
+def test_lend_search_is_understood_by_its_name_before(tmp_path):
+    """`borrow_search` (farm.toml), FARM_BORROW_SEARCH and --borrow-search: the setting's name
+    before it became lend_search (docs/architecture.md's glossary); the new name wins."""
+    from farm.client.cli import build_parser
+    from farm.core.config import load_config
+
+    old = tmp_path / "old.toml"
+    old.write_text('[farm]\nborrow_search = "never"\n')
+    assert load_config(env={}, config_file=old).lend_search == "never"
+    both = tmp_path / "both.toml"
+    both.write_text('[farm]\nborrow_search = "never"\nlend_search = "always"\n')
+    assert load_config(env={}, config_file=both).lend_search == "always"
+    assert load_config(env={"FARM_BORROW_SEARCH": "always"}).lend_search == "always"
+    assert load_config(env={"FARM_BORROW_SEARCH": "always",
+                            "FARM_LEND_SEARCH": "never"}).lend_search == "never"
+    assert build_parser().parse_args(["worker", "--borrow-search", "never"]).lend_search == "never"

@@ -120,7 +120,7 @@ class Hosts:
 
 @dataclass
 class Config:
-    borrow_search: str = "auto"
+    lend_search: str = "auto"
     store_url: str = ""
 
 

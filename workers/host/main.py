@@ -245,7 +245,7 @@ def _concurrency(config: FarmConfig, keys: list[str]) -> tuple[FarmConfig, int]:
     from workers.round.gate import LEND_ROUNDS, pool_size
 
     # phones of their own (not this host's CPU) may lend their rounds' search to helpers
-    lends = config.borrow_search != "never" and any(
+    lends = config.lend_search != "never" and any(
         not resolve_profile(k, config.profiles).host_cpu for k in keys)
     size = pool_size(len(keys), lends)
     log.info("worker: %d device key(s), a pool of %d round processes; rounds at once follow "

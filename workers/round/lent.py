@@ -2,7 +2,7 @@
 
 A round on a host short of cores for its phones (more phones than cores: 8-16 phones on a
 small host; or the gate measured it slower per batch than its phones) lends its search and
-builds to a helper host (`farm worker --helper`) when one has room (`borrow_search`: "auto";
+builds to a helper host (`farm worker --helper`) when one has room (`lend_search`: "auto";
 "always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence,
 phones, records and result. It opens a search session (farm/store/sessions.py), sends the
 helper's task, and measures each built batch the helper pushes, committing the records as
@@ -104,11 +104,11 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phone
     """Why this round lends its search to one of the `alive` helpers; None: it searches here.
     `phone_s`: the mean measurement time of the key's phones here (default: asked of the
     tracker and the store)."""
-    mode = ctx.config.borrow_search
+    mode = ctx.config.lend_search
     if mode == "never" or profile.host_cpu or ctx.app is None or not alive.names:
         return None
     if mode == "always":
-        return f"borrow_search = always; helpers {', '.join(alive.names)}"
+        return f"lend_search = always; helpers {', '.join(alive.names)}"
     if phones > usable_cores():  # a phone per core at least: its rounds wait for the search
         return f"{phones} phones on {usable_cores()} cores"
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
