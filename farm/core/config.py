@@ -42,7 +42,7 @@ class FarmConfig:
     device_key: str = "cpu-local"
     phones: int = 2  # emulated phones of the embedded default
     phone_delay_s: float = 0.0  # added by each emulated phone to every measurement (benchmarks)
-    # the embedded farm's first phone heats (~4x slower) this long after its first session (tests)
+    # the embedded farm's first phone heats (~8x slower) this long after its first session (tests)
     phone_heat_after_s: float = 0.0
     phone_work_group: int = 0  # an emulated OpenCL phone's largest work-group; 0: pocl's own
     round_trials: int = 32  # trials in one Celery message (one round)

@@ -84,8 +84,9 @@ def _with_cpu(target: JsonDict, cpu: str) -> JsonDict:
     """An LLVM target dict for CPU `cpu` ("name" or "name,-feature,...")."""
     name, *off = cpu.split(",")
     out = {**target, "mcpu": name}
-    if off:
-        out["mattr"] = [*target.get("mattr", []), *off]
+    own = list(target.get("mattr", []))
+    if off:  # each once: a resumed job's CPU names its profile's own "-" features too
+        out["mattr"] = [*own, *(a for a in off if a not in own)]
     return out
 
 

@@ -52,6 +52,16 @@ def split_cpu(cpu: str) -> tuple[str, list[str]]:
     return name, attrs
 
 
+def cpu_of_target(target: JsonDict) -> str:
+    """The CPU a target was made for, as `system_cpu` writes it (an OpenCL target's host's):
+    its mcpu and the features its mattr turns off ("" when it names no CPU)."""
+    llvm = target.get("host") if target.get("kind") == "opencl" else target
+    if not isinstance(llvm, dict) or not llvm.get("mcpu"):
+        return ""
+    off = [str(a) for a in llvm.get("mattr", []) if str(a).startswith("-")]
+    return ",".join([str(llvm["mcpu"]), *off])
+
+
 # LLVM's feature names that the kernel's /proc/cpuinfo writes otherwise (after dropping "_",
 # "." and "-": sse4.1 and sse4_1 are both sse41)
 _CPUINFO_NAMES = {"sse3": "pni", "lzcnt": "abm", "bmi": "bmi1", "sha": "shani",

@@ -11,8 +11,8 @@ benchmarks use it to measure how measurement throughput scales with phones
 (bench/run.py); `phone_delay_s` in the config turns it on for the embedded farm.
 
 With `--heat-after-s T` it heats T seconds after its first session, as a phone whose governor lowers
-its clocks: from then on its sessions run a quarter of the time (stopped and continued in
-turn), so its kernels run ~4x slower (`phone_heat_after_s` turns it on for the embedded farm's
+its clocks: from then on its sessions run an eighth of the time (stopped and continued in
+turn), so its kernels run ~8x slower (`phone_heat_after_s` turns it on for the embedded farm's
 first phone: tests of the farm's heat checks; a slowdown well beyond what a loaded test
 machine does to a phone on its cores).
 
@@ -108,11 +108,11 @@ def slow_flags(delay_s: float, heat_after_s: float) -> list[str]:
             *(["--heat-after-s", str(heat_after_s)] if heat_after_s > 0 else [])]
 
 
-HEAT_ON_S, HEAT_OFF_S = 0.001, 0.003  # a heated phone's sessions run 1 ms in every 4
+HEAT_ON_S, HEAT_OFF_S = 0.001, 0.007  # a heated phone's sessions run 1 ms in every 8
 
 
 def _heat_after(after_s: float) -> None:
-    """`after_s` after the phone's first session, its sessions run a quarter of the time:
+    """`after_s` after the phone's first session, its sessions run an eighth of the time:
     stopped and continued in turn (SIGSTOP, SIGCONT), as a governor's lower clock slows a
     phone, at no CPU cost to the machine (busy processes beside it slowed every other process
     of a small test machine too). Each session dies with the phone (PR_SET_PDEATHSIG): one
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port-end", type=int, default=9199)
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--heat-after-s", type=float, default=0.0,
-                   help="heat this long after the first session: ~4x slower from then on "
+                   help="heat this long after the first session: ~8x slower from then on "
                         "(tests)")
     p.add_argument("--advertise", help="the address workers connect to (default --host)")
     p.add_argument("--cpu", default="", help="LLVM's name of this CPU, for `farm doctor`")

@@ -13,6 +13,7 @@ from pathlib import Path
 from farm.core.aliases import JsonDict
 from farm.core.errors import StoreError, UsageError
 from farm.core.messages import JobSpec
+from farm.devices.hostcpu import cpu_of_target
 
 DEFAULT_TRIALS = 32  # trials per task when neither --trials-per-task nor --trials says
 DEFAULT_DTYPE = "float32"  # the inputs' dtype (--dtype, dtype=)
@@ -89,7 +90,7 @@ class SubmitOptions:
                    input_shape=o.get("input_shape"), dtype=o.get("dtype", DEFAULT_DTYPE),
                    tracker=o.get("tracker"),
                    priority=o.get("priority", DEFAULT_PRIORITY),
-                   target_cpu=str(job.target.get("mcpu", "")), force=force, wait=wait,
+                   target_cpu=cpu_of_target(job.target), force=force, wait=wait,
                    timeout_s=timeout_s, allow_pickle=allow_pickle, name=o.get("name"))
 
 

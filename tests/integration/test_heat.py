@@ -1,7 +1,7 @@
 """Heat on real phones (issue 51): a phone's thermometer read in the runner's sessions, a phone
 that slows as it heats found hot by its own baseline, rested, and the sessions going to the
 other phone. The phone heats as farm/devices/phone.py emulates it: from a moment on its
-sessions run a quarter of the time (its kernels ~4x slower; a loaded 2-core test machine
+sessions run an eighth of the time (its kernels ~8x slower; a loaded 2-core test machine
 slows a phone on its cores up to ~2x)."""
 
 from __future__ import annotations

@@ -84,9 +84,10 @@ def test_submit_tunes_compiles_and_checks(first_run):
                   "numerics_ok", "wall_s", "schedules"):
         assert field in summary
     assert summary["device_key"] == "cpu-local"
-    from farm.devices.hostcpu import system_cpu
+    from farm.devices.hostcpu import split_cpu, system_cpu
 
-    assert summary["target"].get("mcpu") == system_cpu()  # tuned for this very CPU
+    mcpu, hidden = split_cpu(system_cpu())  # tuned for this very CPU, what it hides off
+    assert summary["target"].get("mcpu") == mcpu and summary["target"].get("mattr", []) == hidden
     tasks = summary["tasks"]
     assert len(tasks) >= 3
     for t in tasks:

@@ -99,3 +99,22 @@ def test_a_cpu_whose_machine_hides_features_is_that_cpu_with_them_off():
                          "avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg "
                          "avx512_vpopcntdq avx512_bf16 gfni\n")
     assert hidden_features("znver4", _cpuinfo_flags(every)) == []  # a machine that shows all
+
+
+def test_a_job_tuned_for_a_cpu_with_features_off_is_resumed_for_the_same_target():
+    """`farm resume` and `farm wait` rebuild the job's tasks for the CPU its target names: with
+    only its mcpu (the features it hides dropped) the workload keys differed, and the job "no
+    longer gives the job's tuning tasks" (a clean-clone run of 2026-12-07, on a VM hiding
+    AVX-512). The same for an OpenCL target, whose host names the CPU."""
+    from farm.core.profiles import DeviceProfile, resolve_profile
+    from farm.devices.hostcpu import cpu_of_target
+
+    cpu = "znver4,-avx512f,-avx512bw"
+    for profile in (resolve_profile("cpu-local"), resolve_profile("opencl-local"),
+                    DeviceProfile(key="mine", target={"kind": "llvm", "mattr": ["-sse4a"]},
+                                  host_cpu=True)):
+        tuned = profile.on_cpu(cpu).target
+        again = profile.on_cpu(cpu_of_target(tuned)).target
+        assert again == tuned and cpu_of_target(tuned).startswith("znver4,"), (tuned, again)
+    assert cpu_of_target({"kind": "llvm"}) == ""
+    assert cpu_of_target({"kind": "llvm", "mcpu": "cortex-a76", "mattr": ["+neon"]}) == "cortex-a76"
