@@ -118,9 +118,9 @@ def test_a_job_whose_phone_heats_mid_job_rests_it_and_keeps_its_measurements_unv
     toml = tmp_path / "farm.toml"
     toml.write_text("[profiles.cpu-local]\nheat_check_s = 1\nheat_share = 1.5\n"
                     "heat_rest_s = 600\n")
-    env = {"FARM_CONFIG": str(toml), "FARM_PHONE_HEAT_AFTER_S": "5"}
+    env = {"FARM_CONFIG": str(toml), "FARM_PHONE_HEAT_AFTER_S": "3"}
     model, out, home = tiny_model(tmp_path / "mlp.pt2", width=44), tmp_path / "out", tmp_path / "h"
-    proc = run_farm(["submit", str(model), "--trials-per-task", "24", "--out", str(out)], home,
+    proc = run_farm(["submit", str(model), "--trials-per-task", "16", "--out", str(out)], home,
                     timeout_s=600, env=env)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     summary = json.loads((out / "summary.json").read_text())
