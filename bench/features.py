@@ -14,6 +14,14 @@ batch, the measured candidates committed to the search's database as a round's a
 The sides start from the same random state: the same features make the same scores, so they
 must propose the same candidates (checked), and the CPU of the search is the difference.
 Sides alternate which runs first. No phones: the measurements are not the subject.
+
+    python bench/features.py --first-batch
+
+The CPU of a round's first batch of 16 by how it is made: the evolutionary search (population
+128, 2 genetic iterations: a round ranked by the key's model from its first batch), the same
+with 0 iterations (the initial population ranked, nothing evolved), and a random replay (a
+cold round's first batch). Its model has no samples yet: it scores at random, so the figures
+are the search's own work, without features.
 """
 
 from __future__ import annotations
@@ -99,15 +107,55 @@ def run_side(mod: Any, cached: bool, batches: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def first_batches() -> None:
+    """`--first-batch`: the CPU of a first batch of 16, per way of making it (see above)."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+    from workers.round.features import CachedFeatures
+
+    ways = {"evolutionary, 2 iterations": {"genetic_num_iters": 2},
+            "evolutionary, 0 iterations": {"genetic_num_iters": 0}, "random replay": None}
+    for name, mod in workloads().items():
+        for way, iters in ways.items():
+            np.random.seed(3)
+            strategy = (SearchStrategy.create("replay-trace") if iters is None else
+                        SearchStrategy.create("evolutionary", population_size=128,
+                                              init_min_unmeasured=50, **iters))
+            ctx = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm",
+                                                                    "num-cores": 1}),
+                                 space_generator="post-order-apply", search_strategy=strategy,
+                                 task_name="bench", rand_state=5, num_threads=1)
+            db = MemoryDatabase()
+            db.commit_workload(ctx.mod)
+            s = ctx.search_strategy
+            s.pre_tuning(max_trials=16, num_trials_per_iter=16,
+                         design_spaces=ctx.generate_design_space(), database=db,
+                         cost_model=XGBModel(num_tuning_cores=1, extractor=CachedFeatures()))
+            t0 = time.process_time()
+            got = s.generate_measure_candidates()
+            print(f"{name:10} {way:28} {len(got or [])} candidates: "
+                  f"{time.process_time() - t0:.2f} CPU s", flush=True)
+            s.post_tuning()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batches", type=int, default=6)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "features.json")
+    p.add_argument("--first-batch", action="store_true", help="a first batch's CPU, per way")
     args = p.parse_args()
     from workers.round.context import preload
 
     preload()
+    if args.first_batch:
+        first_batches()
+        return 0
     rows = []
     for name, mod in workloads().items():
         for rep in range(args.repeats):
