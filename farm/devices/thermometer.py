@@ -39,8 +39,8 @@ class Thermometer:
 
 
 def thermometer(profile: DeviceProfile) -> Thermometer | None:
-    """The profile's thermometer, built once per process; None when its `heat_check_s` is 0
-    or the kernel does not build (the round then tunes without heat checks: logged)."""
+    """The profile's thermometer, built once per process; None when its `heat_check_s` is 0.
+    Raises what TVM's build raises (the runner then tunes without heat checks, logged)."""
     if profile.heat_check_s <= 0:
         return None
     import tvm

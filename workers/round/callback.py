@@ -220,7 +220,7 @@ class StoreCallback:
                 tvm=built_by.tvm if built_by is not None else TVM_VERSION,
                 builder=built_by.stamp if built_by is not None else "",
             )
-            if phone in hot.values() and error_class is None:
+            if error_class is None and (built.artifact_path or "") in hot:
                 stored = replace(stored, verified=False, source=f"hot:{phone}")
                 c.hot += 1
             self._count(stored, phone)

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 log = logging.getLogger(__name__)
-_ENDS: list[str] = []  # the folder of each phone's last end (this user's: runtime_dir)
-_READS: list[str] = []  # ... and of its thermometer's last reading
+# per phone, when something last happened to it on this host (any process), a file each:
+# "phone-ends" its last session's end (cool-down), "phone-heat" its last thermometer reading
+_STAMPS: dict[str, str] = {}  # kind -> its folder (this user's: runtime_dir)
 
 
 @dataclass
@@ -59,10 +60,29 @@ class _Session:
 _SESSION = _Session()
 
 
-def _ends_dir() -> str:
-    if not _ENDS:
-        _ENDS.append(runtime_dir("phone-ends"))
-    return _ENDS[0]
+def _stamp_path(kind: str, phone: str) -> str:
+    if kind not in _STAMPS:
+        _STAMPS[kind] = runtime_dir(kind)
+    return os.path.join(_STAMPS[kind], phone.replace("/", "_"))
+
+
+def _stamped(kind: str, phone: str) -> float:
+    """When `kind` last happened to the phone on this host (0: never known)."""
+    try:
+        with open(_stamp_path(kind, phone), encoding="utf-8") as f:
+            return float(f.read() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _stamp(kind: str, phone: str, at: float) -> None:
+    """Note that `kind` happened to the phone at `at` (written whole: others read it)."""
+    path = _stamp_path(kind, phone)
+    with contextlib.suppress(OSError):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(repr(at))
+        os.replace(tmp, path)
 
 
 def _write(path: str, entry: JsonDict) -> None:
@@ -105,11 +125,11 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     if threads is not None:
         configure_threads(session, *threads)
     if cooldown_s > 0:
-        wait = cooldown_s - (time.time() - _last_end(phone))
+        wait = cooldown_s - (time.time() - _stamped("phone-ends", phone))
         if wait > 0:
             time.sleep(wait)
             _write(log_path, {"sid": sid, "cooled": wait})
-    if heat is not None and time.time() - _last_read(phone) >= heat.every_s:
+    if heat is not None and time.time() - _stamped("phone-heat", phone) >= heat.every_s:
         _read_heat(log_path, sid, phone, session, heat)
     return session
 
@@ -127,31 +147,7 @@ def _read_heat(log_path: str, sid: str, phone: str, session: RPCSession,
         return
     took = time.time() - t0
     _write(log_path, {"sid": sid, "heat_us": us, "heat_at": t0, "heat_s": took})
-    _stamp(os.path.join(_reads_dir(), phone.replace("/", "_")), t0)
-
-
-def _reads_dir() -> str:
-    if not _READS:
-        _READS.append(runtime_dir("phone-heat"))
-    return _READS[0]
-
-
-def _last_read(phone: str) -> float:
-    """When the phone's thermometer was last read on this host (0: never)."""
-    try:
-        with open(os.path.join(_reads_dir(), phone.replace("/", "_")), encoding="utf-8") as f:
-            return float(f.read() or 0)
-    except (OSError, ValueError):
-        return 0.0
-
-
-def _stamp(path: str, at: float) -> None:
-    """Write `at` to `path` whole (another process may read it meanwhile)."""
-    with contextlib.suppress(OSError):
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(repr(at))
-        os.replace(tmp, path)
+    _stamp("phone-heat", phone, t0)
 
 
 def _aside(log_path: str) -> dict[str, float]:
@@ -162,18 +158,6 @@ def _aside(log_path: str) -> dict[str, float]:
     except (OSError, ValueError, AttributeError):
         return {}
 
-
-def _ends_path(phone: str) -> str:
-    return os.path.join(_ends_dir(), phone.replace("/", "_"))
-
-
-def _last_end(phone: str) -> float:
-    """When the phone's last session on this host ended (0: none known)."""
-    try:
-        with open(_ends_path(phone), encoding="utf-8") as f:
-            return float(f.read() or 0)
-    except (OSError, ValueError):
-        return 0.0
 
 
 def upload_module(log_path: str, session: RPCSession, local_path: str,
@@ -197,7 +181,7 @@ def cleanup(log_path: str, session: RPCSession, remote_path: str | None) -> None
         if sid is not None:
             now = time.time()
             _write(log_path, {"sid": sid, "end": now})
-            _stamp(_ends_path(phone), now)  # for the phone's cool-down, any process here
+            _stamp("phone-ends", phone, now)  # for the phone's cool-down, any process here
 
 
 @dataclass(frozen=True)
