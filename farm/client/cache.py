@@ -73,8 +73,8 @@ def show(store: RecordStore, wk: str, top: int = 5) -> JsonDict:
         "hosts": sorted({r.host for r in records if r.host}),
         "sources": dict(Counter(r.source for r in records)),
         "top": [{"candidate": r.candidate, "run_us": round(r.run_us or 0.0, 3), "job_id": r.job_id,
-                 "host": r.host, "source": r.source, "tvm": r.tvm, "builder": r.builder,
-                 "verified": r.verified}
+                 "host": r.host, "phone": r.phone, "source": r.source, "tvm": r.tvm,
+                 "builder": r.builder, "verified": r.verified}
                 for r in valid[:top]],  # type: ignore[arg-type]
     }
 

@@ -163,12 +163,12 @@ def _stats(args: argparse.Namespace, store: RecordStore) -> None:
 def _export(args: argparse.Namespace, store: RecordStore) -> None:
     from farm.client import cache
 
-    if args.format == "csv":
-        from farm.client.table import export_table
+    if args.format in ("csv", "parquet"):
+        from farm.client.table import FORMATS, export_table
 
-        n = export_table(store, Path(args.folder), args.device_key)
+        n = export_table(store, Path(args.folder), args.device_key, args.format)
         print(f"exported {n} measurements (every one, the archive's too) to "
-              f"{args.folder}/measurements.csv")
+              f"{args.folder}/{FORMATS[args.format]}")
     elif args.all:
         n = cache.export_all(store, Path(args.folder), args.device_key)
         print(f"exported {n} records (every one, the archive's too) to {args.folder}/ "

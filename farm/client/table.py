@@ -1,45 +1,104 @@
-"""`farm cache export --format csv`: the store's measurements as a table, for analysis in
-pandas (`pd.read_csv`) as TenSet-style studies of a measurement set want them."""
+"""`farm cache export --format csv|parquet`: the store's measurements as a table, one row per
+measurement, for analysis in pandas (`pd.read_csv`, `pd.read_parquet`) as TenSet-style
+studies of a measurement set want them. Parquet needs pyarrow (`pip install
+'tunefarm[export]'`); its columns are typed (a failure's run time is null, the time a UTC
+timestamp) and it is written in row groups, so a store of millions of measurements is
+never held in memory whole."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from farm.client.cache import check_out_dir, tasks_of
+from farm.core.errors import UsageError
 from farm.store import RecordStore
 
-# the columns of `farm cache export --format csv`, one row per measurement
+# the columns of `farm cache export --format csv|parquet`, one row per measurement
 TABLE = ("workload_key", "task", "device_key", "family", "flop", "candidate", "run_us",
-         "gflops", "valid", "error_class", "error", "job_id", "host", "source", "tvm", "builder",
-         "measured_at", "verified")
+         "gflops", "valid", "error_class", "error", "job_id", "host", "phone", "source", "tvm",
+         "builder", "measured_at", "verified")
+FORMATS = {"csv": "measurements.csv", "parquet": "measurements.parquet"}
+ROW_GROUP = 50_000  # rows of a parquet row group (a few MB of memory)
 
 
-def export_table(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
-    """`farm cache export --format csv`: every measurement of every workload (Redis's and the
-    archive's, valid and failed) as one row of DIR/measurements.csv, for pandas and friends
-    (`pd.read_csv`); returns the rows written."""
-    import csv
-    from datetime import datetime, timezone
-
+def _rows(store: RecordStore, device_key: str | None) -> Iterator[tuple[Any, ...]]:
+    """Every measurement of every workload (Redis's and the archive's, valid and failed) as a
+    row of TABLE's columns; a failure's run time and GFLOPS are None, the time a UTC datetime
+    (None when unknown)."""
     from farm.core.failures import brief
     from farm.store.cold import each_record
 
+    tasks = {t.workload_key: t for t in tasks_of(store, device_key)}
+    for rec in each_record(store, store.archive, list(tasks)):
+        t = tasks[rec.workload_key]
+        at = datetime.fromtimestamp(rec.measured_at, timezone.utc) if rec.measured_at else None
+        gflops = t.flop / rec.run_us / 1e3 if rec.valid and t.flop and rec.run_us else None
+        yield (rec.workload_key, t.name, t.device_key, t.family, t.flop, rec.candidate,
+               rec.run_us if rec.valid else None, gflops, rec.valid, rec.error_class,
+               brief(rec.error_msg) if rec.error_msg else "", rec.job_id, rec.host, rec.phone,
+               rec.source, rec.tvm, rec.builder, at, rec.verified)
+
+
+def export_table(store: RecordStore, out_dir: Path, device_key: str | None = None,
+                 fmt: str = "csv") -> int:
+    """`farm cache export --format csv|parquet`: every measurement as one row of
+    DIR/measurements.csv or DIR/measurements.parquet; returns the rows written."""
+    if fmt not in FORMATS:
+        raise UsageError(f"no table format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
+    writer = _parquet_writer() if fmt == "parquet" else None  # pyarrow missing: before a file
     check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tasks = {t.workload_key: t for t in tasks_of(store, device_key)}
+    if writer is not None:
+        return writer(_rows(store, device_key), out_dir / FORMATS[fmt])
+    return _write_csv(_rows(store, device_key), out_dir / FORMATS[fmt])
+
+
+def _write_csv(rows: Iterator[tuple[Any, ...]], path: Path) -> int:
+    import csv
+
     written = 0
-    with open(out_dir / "measurements.csv", "w", newline="", encoding="utf-8") as fh:
-        rows = csv.writer(fh)
-        rows.writerow(TABLE)
-        for rec in each_record(store, store.archive, list(tasks)):
-            t = tasks[rec.workload_key]
-            at = datetime.fromtimestamp(rec.measured_at, timezone.utc).isoformat() \
-                if rec.measured_at else ""
-            gflops = t.flop / rec.run_us / 1e3 if rec.valid and t.flop and rec.run_us else ""
-            rows.writerow([rec.workload_key, t.name, t.device_key, t.family, t.flop,
-                           rec.candidate, rec.run_us if rec.valid else "", gflops, rec.valid,
-                           rec.error_class or "", brief(rec.error_msg) if rec.error_msg else "",
-                           rec.job_id, rec.host, rec.source, rec.tvm, rec.builder, at,
-                           rec.verified])
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(TABLE)
+        for row in rows:  # None as an empty cell, the time in ISO 8601
+            out.writerow(["" if v is None else v.isoformat() if isinstance(v, datetime) else v
+                          for v in row])
             written += 1
     return written
+
+
+def _parquet_writer() -> Any:
+    """The parquet writer (rows, path) -> rows written; UsageError without pyarrow."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise UsageError("--format parquet needs pyarrow, which is not installed",
+                         hint="pip install 'tunefarm[export]' (or pyarrow), or use "
+                              "--format csv") from e
+    text, num = pa.string(), pa.float64()
+    types = {"flop": num, "run_us": num, "gflops": num, "valid": pa.bool_(),
+             "measured_at": pa.timestamp("ms", tz="UTC"), "verified": pa.bool_()}
+    schema = pa.schema([(name, types.get(name, text)) for name in TABLE])
+
+    def write(rows: Iterator[tuple[Any, ...]], path: Path) -> int:
+        written = 0
+        with pq.ParquetWriter(str(path), schema, compression="zstd") as out:
+            while True:
+                group = list(islice(rows, ROW_GROUP))
+                if not group:
+                    break
+                columns = list(zip(*group, strict=True))
+                out.write_table(pa.Table.from_arrays(
+                    [pa.array(col, type=schema.field(i).type) for i, col in enumerate(columns)],
+                    schema=schema))
+                written += len(group)
+                if len(group) < ROW_GROUP:
+                    break
+        return written
+
+    return write

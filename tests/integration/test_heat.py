@@ -145,3 +145,18 @@ def test_a_job_whose_phone_heats_mid_job_rests_it_and_keeps_its_measurements_unv
     for task in summary["tasks"]:
         assert task["best_us"] == pytest.approx(float(best[task["workload_key"]]["run_us"]),
                                                 abs=1e-3), task  # summary.json: 3 decimals
+    # each measurement names the phone that timed it: the hot phone's doubted ones it, and
+    # every measurement of the job one of the job's two phones
+    names = {p["phone"] for p in phones}
+    assert all(r["phone"] == hot[0]["phone"] for r in doubted), doubted
+    assert {r["phone"] for r in rows if r["valid"] == "True"} <= names, rows
+    # the same table as parquet, typed: what pandas reads without parsing text
+    exported = run_farm(["cache", "export", "--format", "parquet", str(tmp_path / "pq")], home,
+                        timeout_s=300, env=env)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "pq" / "measurements.parquet").to_pylist()
+    assert len(table) == len(rows)
+    assert sorted((r["candidate"], r["phone"], r["verified"]) for r in table) == sorted(
+        (r["candidate"], r["phone"], r["verified"] == "True") for r in rows)

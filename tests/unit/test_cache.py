@@ -188,7 +188,8 @@ def test_export_csv_has_a_row_per_measurement_for_pandas(tmp_path: Path):
     wk = seed_store(store, profile, 16, [30.0, 10.0])
     failed = dataclasses.replace(
         store.records(wk)[0], candidate="f" * 32, run_us=None, error_class="runtime",
-        error_msg="Traceback (most recent call last):\nRuntimeError: CL_OUT_OF_RESOURCES")
+        error_msg="Traceback (most recent call last):\nRuntimeError: CL_OUT_OF_RESOURCES",
+        phone="phone-a")
     store.add_record(failed)
     assert export_table(store, tmp_path / "t") == 3
     with open(tmp_path / "t" / "measurements.csv", newline="") as fh:
@@ -200,3 +201,49 @@ def test_export_csv_has_a_row_per_measurement_for_pandas(tmp_path: Path):
     bad = next(r for r in rows if r["valid"] == "False")
     assert bad["error_class"] == "runtime" and bad["run_us"] == ""
     assert bad["error"] == "RuntimeError: CL_OUT_OF_RESOURCES"
+    assert bad["phone"] == "phone-a" and {r["phone"] for r in ok} == {""}
+
+
+def test_export_parquet_is_the_csv_typed(tmp_path: Path):
+    """--format parquet: the same rows as the CSV's, with typed columns (a failure's run time
+    null, the time a UTC timestamp), in row groups."""
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from farm.client import table
+
+    store = open_store("memory://")
+    wk = seed_store(store, resolve_profile("cpu-local"), 16, [30.0, 10.0, 20.0])
+    store.add_record(dataclasses.replace(store.records(wk)[0], candidate="f" * 32, run_us=None,
+                                         error_class="build", phone="phone-b",
+                                         measured_at=1_796_000_000.5))
+    old, table.ROW_GROUP = table.ROW_GROUP, 2  # 4 rows: two row groups
+    try:
+        assert table.export_table(store, tmp_path / "t", fmt="parquet") == 4
+    finally:
+        table.ROW_GROUP = old
+    pf = pq.ParquetFile(tmp_path / "t" / "measurements.parquet")
+    assert pf.metadata.num_row_groups == 2 and tuple(pf.schema_arrow.names) == table.TABLE
+    assert pf.schema_arrow.field("run_us").type == pa.float64()
+    assert pf.schema_arrow.field("measured_at").type == pa.timestamp("ms", tz="UTC")
+    rows = pf.read().to_pylist()
+    failed = [r for r in rows if not r["valid"]]
+    assert len(failed) == 1 and failed[0]["run_us"] is None and failed[0]["gflops"] is None
+    assert failed[0]["phone"] == "phone-b" and failed[0]["error_class"] == "build"
+    assert sorted(r["run_us"] for r in rows if r["valid"]) == [10.0, 20.0, 30.0]
+    assert failed[0]["measured_at"].timestamp() == 1_796_000_000.5
+    assert all(r["measured_at"] is None for r in rows if r["valid"])  # seeded: time unknown
+
+
+def test_export_parquet_without_pyarrow_says_how(tmp_path: Path, monkeypatch):
+    import sys
+
+    from farm.client.table import export_table
+    from farm.core.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    with pytest.raises(UsageError, match="pyarrow") as e:
+        export_table(open_store("memory://"), tmp_path / "t", fmt="parquet")
+    assert "tunefarm[export]" in (e.value.hint or "") and not (tmp_path / "t").exists()

@@ -218,7 +218,7 @@ class StoreCallback:
                 measured_at=time.time(),
                 source=self.provenance.origins.get(candidate_hash(record), "job"),
                 tvm=built_by.tvm if built_by is not None else TVM_VERSION,
-                builder=built_by.stamp if built_by is not None else "",
+                builder=built_by.stamp if built_by is not None else "", phone=phone,
             )
             if error_class is None and (built.artifact_path or "") in hot:
                 stored = replace(stored, verified=False, source=f"hot:{phone}")
