@@ -18,10 +18,12 @@ Sides alternate which runs first. No phones: the measurements are not the subjec
     python bench/features.py --first-batch
 
 The CPU of a round's first batch of 16 by how it is made: the evolutionary search (population
-128, 2 genetic iterations: a round ranked by the key's model from its first batch), the same
-with 0 iterations (the initial population ranked, nothing evolved), and a random replay (a
-cold round's first batch). Its model has no samples yet: it scores at random, so the figures
-are the search's own work, without features.
+128, 2 genetic iterations: MetaSchedule's way), the same with 0 iterations (the initial
+population ranked, nothing evolved), the farm's ranked sample (64 random schedules ranked
+once: a round the key's model ranks, workers/round/firstbatch.py) and a random replay (a
+cold round's first batch). Each under a model with no samples (it scores at random: the
+search's own work, without features) and under one trained on 32 schedules (it scores
+with features, as the key's model does).
 """
 
 from __future__ import annotations
@@ -107,8 +109,35 @@ def run_side(mod: Any, cached: bool, batches: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def _trained_model(mod: Any, target: Any, n: int) -> Any:
+    """An XGBoost model trained on `n` random schedules of `mod` (run times a fixed function
+    of the schedule), as a key's model that ranks a new workload has learned: it scores with
+    features, not at random."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+    from workers.round.features import CachedFeatures
+
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy=SearchStrategy.create("replay-trace"),
+                         task_name="train", rand_state=11, num_threads=1)
+    s = ctx.search_strategy
+    s.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=ctx.generate_design_space())
+    cands = list(s.generate_measure_candidates() or [])
+    s.post_tuning()
+    model = XGBModel(num_tuning_cores=1, extractor=CachedFeatures(), num_warmup_samples=0)
+    model.update(ctx, cands, [RunnerResult([1e-4 * (1 + int(tvm_ffi.structural_hash(c.sch.mod))
+                                                    % 1000 / 1000)], None) for c in cands])
+    return model
+
+
 def first_batches() -> None:
-    """`--first-batch`: the CPU of a first batch of 16, per way of making it (see above)."""
+    """`--first-batch`: the CPU of a first batch of 16, per way of making it, under a model
+    that has no samples (scores at random: the search's own work) and under a trained one
+    (scores with features: a round the key's model ranks)."""
     import numpy as np
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -117,30 +146,36 @@ def first_batches() -> None:
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
     from workers.round.features import CachedFeatures
+    from workers.round.firstbatch import RankedSample
 
-    ways = {"evolutionary, 2 iterations": {"genetic_num_iters": 2},
-            "evolutionary, 0 iterations": {"genetic_num_iters": 0}, "random replay": None}
+    ways: dict[str, Any] = {
+        "evolutionary, 2 iterations": lambda: SearchStrategy.create(
+            "evolutionary", population_size=128, init_min_unmeasured=50, genetic_num_iters=2),
+        "evolutionary, 0 iterations": lambda: SearchStrategy.create(
+            "evolutionary", population_size=128, init_min_unmeasured=50, genetic_num_iters=0),
+        "ranked sample of 64": lambda: RankedSample(64),
+        "random replay": lambda: SearchStrategy.create("replay-trace")}
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
     for name, mod in workloads().items():
-        for way, iters in ways.items():
-            np.random.seed(3)
-            strategy = (SearchStrategy.create("replay-trace") if iters is None else
-                        SearchStrategy.create("evolutionary", population_size=128,
-                                              init_min_unmeasured=50, **iters))
-            ctx = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm",
-                                                                    "num-cores": 1}),
-                                 space_generator="post-order-apply", search_strategy=strategy,
-                                 task_name="bench", rand_state=5, num_threads=1)
-            db = MemoryDatabase()
-            db.commit_workload(ctx.mod)
-            s = ctx.search_strategy
-            s.pre_tuning(max_trials=16, num_trials_per_iter=16,
-                         design_spaces=ctx.generate_design_space(), database=db,
-                         cost_model=XGBModel(num_tuning_cores=1, extractor=CachedFeatures()))
-            t0 = time.process_time()
-            got = s.generate_measure_candidates()
-            print(f"{name:10} {way:28} {len(got or [])} candidates: "
-                  f"{time.process_time() - t0:.2f} CPU s", flush=True)
-            s.post_tuning()
+        for trained in (False, True):
+            for way, make in ways.items():
+                np.random.seed(3)
+                model = _trained_model(mod, target, 32) if trained else XGBModel(
+                    num_tuning_cores=1, extractor=CachedFeatures())
+                strategy = make()
+                ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                                     search_strategy=None, task_name="bench", rand_state=5,
+                                     num_threads=1)
+                strategy._initialize_with_tune_context(ctx)
+                db = MemoryDatabase()
+                db.commit_workload(ctx.mod)
+                strategy.pre_tuning(16, 16, ctx.generate_design_space(), db, model)
+                t0 = time.process_time()
+                got = strategy.generate_measure_candidates()
+                print(f"{name:10} {'trained' if trained else 'no samples':10} {way:28} "
+                      f"{len(got or [])} candidates: {time.process_time() - t0:.2f} CPU s",
+                      flush=True)
+                strategy.post_tuning()
 
 
 def main() -> int:

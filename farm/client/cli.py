@@ -301,13 +301,11 @@ def _cache_commands(sub: Commands) -> None:
     ex.add_argument("--all", action="store_true",
                     help="every record (Redis's and the archive's, failures too), not only "
                          "the best of each workload")
-    ex.add_argument("--format", choices=["metaschedule", "csv", "parquet"],
-                    default="metaschedule",
+    ex.add_argument("--format", choices=["metaschedule", "csv", "parquet"], default="metaschedule",
                     help="csv, parquet: every measurement as a row of DIR/measurements.csv or "
                          ".parquet (workload, task, device key, family, FLOPs, candidate, run "
-                         "time, GFLOPS, failure class and error, job, host, phone, source, "
-                         "TVM, builder, time, verified), for pandas; parquet needs pyarrow "
-                         "(the [export] extra)")
+                         "time, GFLOPS, failure, job, host, phone, source, TVM, builder, time, "
+                         "verified), for pandas; parquet needs pyarrow (the [export] extra)")
     im = _cache_action(actions, "import", "seed the store from a MetaSchedule JSONDatabase "
                                           "(unverified records)",
                        device_key="the key to file the records under (default the config's)")

@@ -72,6 +72,9 @@ class FarmConfig:
     # MetaSchedule's 512 for batches of 64 (bench/ahead.md)
     search_population: int = 128
     search_iters: int = 2  # its genetic iterations per batch (MetaSchedule: 4; bench/cpu.md)
+    # a round the key's model ranks (a new workload with relatives) picks its first batch from
+    # this many random schedules, ranked (workers/round/firstbatch.py); 0: evolved
+    first_sample: int = 64
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
@@ -139,7 +142,8 @@ class FarmConfig:
         if self.hot_records > 4096:  # the commit script reads the K entries in one call
             raise bad("hot_records", "must be at most 4096")
         for name, zero in (("worker_concurrency", "automatic"), ("search_cores", "automatic"),
-                           ("transfer_seeds", "never"), ("phone_work_group", "pocl's own")):
+                           ("transfer_seeds", "never"), ("phone_work_group", "pocl's own"),
+                           ("first_sample", "evolved")):
             if getattr(self, name) < 0:
                 raise bad(name, f"must be >= 0 (0: {zero})")
         if not 0 <= self.metrics_port < 65536:
@@ -251,45 +255,10 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-_ENV = {
-    "broker_url": "FARM_BROKER_URL",
-    "redis_url": "FARM_REDIS_URL",
-    "home": "FARM_HOME",
-    "device_key": "FARM_DEVICE_KEY",
-    "phones": "FARM_PHONES",
-    "phone_delay_s": "FARM_PHONE_DELAY_S",
-    "phone_heat_after_s": "FARM_PHONE_HEAT_AFTER_S",
-    "phone_work_group": "FARM_PHONE_WORK_GROUP",
-    "round_trials": "FARM_ROUND_TRIALS",
-    "build_timeout_s": "FARM_BUILD_TIMEOUT_S",
-    "run_timeout_s": "FARM_RUN_TIMEOUT_S",
-    "device_wait_s": "FARM_DEVICE_WAIT_S",
-    "phone_lost_limit": "FARM_PHONE_LOST_LIMIT",
-    "phone_lost_window_s": "FARM_PHONE_LOST_WINDOW_S",
-    "phone_aside_s": "FARM_PHONE_ASIDE_S",
-    "round_timeout_s": "FARM_ROUND_TIMEOUT_S",
-    "supervisor_interval_s": "FARM_SUPERVISOR_INTERVAL_S",
-    "host_ttl_s": "FARM_HOST_TTL_S",
-    "redis_maxmemory": "FARM_REDIS_MAXMEMORY",
-    "worker_concurrency": "FARM_WORKER_CONCURRENCY",
-    "builder_workers": "FARM_BUILDER_WORKERS",
-    "builder_max_uses": "FARM_BUILDER_MAX_USES",
-    "search_cores": "FARM_SEARCH_CORES",
-    "search_population": "FARM_SEARCH_POPULATION",
-    "search_iters": "FARM_SEARCH_ITERS",
-    "round_handoff": "FARM_ROUND_HANDOFF",
-    "search_ahead": "FARM_SEARCH_AHEAD",
-    "lend_search": "FARM_LEND_SEARCH",
-    "lent_batch_timeout_s": "FARM_LENT_BATCH_TIMEOUT_S",
-    "transfer_seeds": "FARM_TRANSFER_SEEDS",
-    "metrics_port": "FARM_METRICS_PORT",
-    "metrics_host": "FARM_METRICS_HOST",
-    "arm64_root": "FARM_ARM64_ROOT",
-    "opencl_root": "FARM_OPENCL_ROOT",
-    "hot_records": "FARM_HOT_RECORDS",
-    "archive": "FARM_ARCHIVE",
-    "archive_retention_days": "FARM_ARCHIVE_RETENTION_DAYS",
-}
+# every setting's environment variable: FARM_ and its name in capitals (FARM_CONFIG names the
+# farm.toml, `config_file`; `profiles` are its [profiles.*] tables, set there only)
+_ENV = {f.name: f"FARM_{f.name.upper()}" for f in fields(FarmConfig)
+        if f.name not in ("profiles", "config_file")}
 
 
 _KINDS = {"int": int, "float": float}

@@ -417,3 +417,68 @@ def test_a_stored_record_the_evolutionary_search_cannot_mutate_is_not_a_starting
                                       record=rec, run_us=us))
     top = StoreDatabase(store, "wk", workload.mod).get_top_k(workload, 10)
     assert [float(r.run_secs[0]) * 1e6 for r in top] == pytest.approx([2.0, 5.0]), top
+
+
+def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_sample():
+    """A new workload the key's model ranks (SearchPlan.sample, workers/round/firstbatch.py):
+    its first batch is the best the model predicts of `sample` random schedules, one picked
+    at random from the rest; the evolutionary search makes the batches after it."""
+    import numpy as np
+    import tvm
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    from farm.core.messages import TuneTask
+    from farm.store import candidate_hash
+    from workers.round.builder import WarmBuilder
+    from workers.round.callback import Provenance, RoundCounters, StoreCallback
+    from workers.round.database import StoreDatabase
+    from workers.round.loop import Loop, OnPhones
+    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
+
+    store, mod = open_store("memory://"), matmul_mod(32)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    store.put_workload(TuneTask(name="mm", workload_key="wk", weight=1,
+                                mod_json=tvm.ir.save_json(mod), target={"kind": "llvm"},
+                                device_key="cpu-local"))
+    database = StoreDatabase(store, "wk", mod)
+    tuned = TunedWorkload("wk", database.workload, target)
+    scored: list[tuple[list[str], list[float]]] = []  # each predict: candidates, scores
+
+    @derived_object
+    class Scores(PyCostModel):  # a model whose scores are a function of the candidate
+        def load(self, path): pass
+        def save(self, path): pass
+        def update(self, context, candidates, results): pass
+
+        def predict(self, context, candidates):
+            hashes = [candidate_hash(record_of(c, tuned.workload, target)) for c in candidates]
+            scores = [int(h[:8], 16) / 2 ** 32 for h in hashes]
+            scored.append((hashes, scores))
+            return np.array(scores)
+
+    inner = CountingInner()
+    search = StoreAwareSearch(store, tuned, SearchPlan(want=16, sample=32), inner=inner)
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy=search, task_name="main", rand_state=7, num_threads=1)
+    with tvm_children_without_torch():
+        builder = BUILDER.setdefault("b", WarmBuilder(1, 60, 64))
+    sent: list[list[str]] = []
+    counters = RoundCounters()
+    callback = StoreCallback(store, tuned, Provenance("j", "here"), counters)
+
+    def on_results(cands, built, results):
+        sent.append([candidate_hash(record_of(c, tuned.workload, target)) for c in cands])
+        callback(cands, built, results)
+
+    Loop(ctx, builder, OnPhones(ms.runner.LocalRunner()), Scores(), on_results).run(
+        max_trials=32, per_batch=8, database=database)
+    sample, scores = scored[0]
+    assert len(sample) == 32  # the first predict: the random sample, ranked once
+    best = {h for _, h in sorted(zip(scores, sample, strict=True), reverse=True)[:7]}
+    first = sent[0]
+    assert len(first) == 8 and best <= set(first), (first, best)  # 7 best predicted...
+    assert len(set(first) - best) == 1  # ...and one of the rest, at random
+    assert inner.max_trials == 32 - 8 and inner.batches >= 1  # then the evolutionary search
+    assert counters.new == 16 and len(sent) == 2

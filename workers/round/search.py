@@ -8,26 +8,23 @@ candidate that crashed phones) would crash them again. This wrapper drops every
 stored candidate before the builder sees it, and tells the search their stored
 results instead, so the search learns from them as if measured.
 
-A cold workload (nothing stored, so the cost model is untrained and predicts at
-random) gets its first batch from plain random sampling of the design space
-(MetaSchedule's ReplayTrace): the evolutionary search would spend ~25 s of CPU
-per batch evolving random samples under random scores, which is random sampling
-too, only slower. From the second batch on, the evolutionary search runs as
-usual, starting from the first batch's measurements. A cold workload seeded with its
-relatives' best schedules (workers/round/transfer.py) measures those instead of the random batch:
-the evolutionary search then starts from them.
+A cold workload (nothing stored, so the cost model is untrained and predicts at random)
+gets its first batch from plain random sampling of the design space (MetaSchedule's
+ReplayTrace): evolving random samples under random scores is random sampling too, only
+slower. One a borrowed model ranks gets the best ranked of a random sample (firstbatch.py).
+From the second batch on, the evolutionary search runs as usual, starting from the first
+batch's measurements. A cold workload seeded with its relatives' best schedules
+(workers/round/transfer.py) measures those instead: the search then starts from them.
 
-TVM's default schedule of the workload (its TIR as lowered, no schedule: what an untuned
-build runs) is one candidate of the workload's first batch on a CPU target, once per
-workload in the store's life (`baseline`): a random schedule is often slower than it at small
-budgets (an instance norm measured 93 us at its best of 2 random trials, the whole untuned
-model 14 us), and with its record in the store the job's best is never worse than untuned.
+TVM's default schedule of the workload (its TIR as lowered: what an untuned build runs) is
+one candidate of the workload's first batch, once in the store's life (`baseline`): a random
+schedule is often slower than it at small budgets (an instance norm: 93 us at its best of 2
+random trials, the whole untuned model 14 us); with it, a best is never worse than untuned.
 
-A stored record the farm does not trust (imported with `farm cache import`, or
-measured with another TVM version) is not a known result: the search measures it
-when it proposes it, and a round given `verify` records measures those first (the
-best imported candidates of the workload), so an import becomes a job's choice only
-after a phone of the farm has timed it.
+A stored record the farm does not trust (imported with `farm cache import`, or measured with
+another TVM version) is not a known result: the search measures it when it proposes it, and
+a round given `verify` records measures those first (the workload's best imported ones), so
+an import becomes a job's choice only after a phone of the farm has timed it.
 """
 
 from __future__ import annotations
@@ -57,6 +54,7 @@ from farm.store.store import FAILED_RUN_SECS
 from farm.tir.module import record_json
 from workers.round.baseline import baseline_candidate
 from workers.round.database import tuning_record
+from workers.round.firstbatch import BORROWED, RankedSample
 from workers.round.inflight import InFlight, Proposed
 
 log = logging.getLogger(__name__)
@@ -96,6 +94,7 @@ class SearchPlan:
     - `want`: new candidates to measure (0: as many as the search proposes); the search is
       given more trials than this (measure.py), as stored proposals use up its trials;
     - `cold`: a cold workload: its first batch sampled at random;
+    - `sample`: ranked by a borrowed model: the first batch from so many random (firstbatch.py);
     - `verify`: untrusted stored records to measure before the search starts (their own batch);
     - `seed`: makes the first candidates from the round's TuneContext (transfer.py);
     - `baseline`: TVM's default schedule is measured with the first batch;
@@ -106,6 +105,7 @@ class SearchPlan:
 
     want: int = 0
     cold: bool = False
+    sample: int = 0
     verify: list[StoredRecord] = field(default_factory=list)
     seed: Seeds | None = None
     baseline: bool = False
@@ -118,12 +118,17 @@ class SearchPlan:
 class RoundFacts:
     """What a round knows when it starts its search: the new candidates it wants (`trials`),
     whether its workload has one possible schedule (`single`), what ranks its candidates
-    (`ranked_by`: "" for a cold workload) and how many records that model `learned` from."""
+    (`ranked_by`: "" for a cold workload; `borrowed`: a model that has not learned from it,
+    the key's) and how many records that model `learned` from."""
 
     trials: int
     single: bool = False
     learned: int = 0
     ranked_by: str = ""
+
+    @property
+    def borrowed(self) -> bool:
+        return self.ranked_by.startswith(BORROWED)
 
 
 def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
@@ -167,9 +172,10 @@ class StoreAwareSearch(PySearchStrategy):
         self.want, self.stop, self.tvm_version = plan.want, plan.stop, plan.tvm_version
         # proposed batches waiting for their results (up to two: the search runs one ahead)
         self.flights = InFlight()
-        self.cold = plan.cold
-        # the random first batch of a cold workload; dropped once its results are in
-        self.first = SearchStrategy.create("replay-trace") if plan.cold else None
+        self.cold, self.sample = plan.cold, 0 if plan.cold else plan.sample
+        # a cold workload's random first batch, or a ranked sample; dropped once measured
+        self.first: SearchStrategy | RankedSample | None = SearchStrategy.create(
+            "replay-trace") if plan.cold else RankedSample(self.sample) if self.sample else None
         self._first_out = False  # it proposed its batch: the next come from the evolutionary one
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
         self.verify = list(plan.verify)  # measured first, then dropped
@@ -363,9 +369,9 @@ class StoreAwareSearch(PySearchStrategy):
 
     def clone(self) -> StoreAwareSearch:
         """A twin sharing the counts, with what is left of the plan."""
-        left = SearchPlan(want=self.want, cold=self.cold, verify=self.verify, seed=self.seed,
-                          baseline=self.baseline, stop=self.stop, tvm_version=self.tvm_version,
-                          origins=self.origins)
+        left = SearchPlan(want=self.want, cold=self.cold, sample=self.sample, verify=self.verify,
+                          seed=self.seed, baseline=self.baseline, stop=self.stop,
+                          tvm_version=self.tvm_version, origins=self.origins)
         return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
 
 
@@ -384,6 +390,7 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
     plan = SearchPlan(
         want=facts.trials,
         cold=not facts.ranked_by and not single,  # ... is sampled at random
+        sample=config.first_sample if facts.borrowed and not single else 0,
         verify=[] if single else to_verify(store, task.workload_key),
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
         baseline=not single,
