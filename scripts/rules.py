@@ -1,7 +1,9 @@
 """`make lint`: the rules of the tree that import-linter and ruff cannot check.
 
-- no module over 400 lines and no function over 60 in farm/ and workers/ (a god module or a
-  function a screen cannot show is split, not grown);
+- no module over 600 lines and no function over 60 in farm/ and workers/ (a god module or a
+  function a screen cannot show is split, not grown). The module cap was 400 until
+  2026-12-07: the ten largest modules sat just under it and one concept was split to pass it
+  (issue 49); 600 still catches a module that holds two, and a split follows the concepts;
 - only farm/core/config.py reads a FARM_* variable (and farm/core/secrets.py, the *_FILE
   secrets it reads for config); everything else is given the config.
 """
@@ -13,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-MODULE_LINES = 400
+MODULE_LINES = 600
 FUNCTION_LINES = 60
 ENV_READERS = {"farm/core/config.py", "farm/core/secrets.py"}
 ENV_READ = re.compile(r"""(environ(\.get)?\s*[\[(]|getenv\s*\()\s*f?["']FARM_""")
@@ -42,6 +44,6 @@ def problems(root: Path) -> list[str]:
 
 if __name__ == "__main__":
     found = problems(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
-    print("\n".join(found) or "rules: modules <= 400 lines, functions <= 60, FARM_* read by "
+    print("\n".join(found) or "rules: modules <= 600 lines, functions <= 60, FARM_* read by "
           "the config only")
     sys.exit(1 if found else 0)
