@@ -6,7 +6,14 @@ Hexagon, Arm, x86 and RISC-V; 30-40 s in each process that tunes, on a busy 2-co
 A CPU target (kind "llvm": x86 hosts, Arm phones) schedules only with the x86, Arm and
 RISC-V ones (VNNI/AVX-512, NEON dot products), which take under 4 s.
 
-`load_for(target_kind)` registers the CPU ones and, for a GPU target, the rest. It stands
+A phone GPU's target (kind "opencl": Mali, Adreno; "vulkan", "metal", "webgpu") is scheduled
+by MetaSchedule's GPU rules (its rule kind "cuda": tiling, thread binding, cross-thread
+reduction), which tensorize nothing: it needs no GPU intrinsic either, and each of a worker's
+round processes is spared ~25 s of CPU before its first OpenCL round. Only CUDA (tensor
+cores from sm_75: "cuda-tensorcore"), ROCm, Hexagon and kinds the farm does not know load
+the rest.
+
+`load_for(target_kind)` registers the CPU ones and, for such a target, the rest. It stands
 in for the package's own `__init__` (a module object with the package's path, put in
 `sys.modules` first), so a later `import tvm.s_tir.tensor_intrin` (TuneContext's) finds
 the registry loaded and parses nothing again; `import tvm.s_tir.tensor_intrin.cuda`
@@ -23,6 +30,8 @@ import types
 PACKAGE = "tvm.s_tir.tensor_intrin"
 CPU = ("dot_product_common", "x86", "arm_cpu", "riscv_cpu")
 GPU = ("cuda", "rocm", "metal", "hexagon")
+# target kinds whose default schedule rules use no tensor intrinsic beyond the CPU ones
+UNTENSORIZED = ("llvm", "opencl", "vulkan", "metal", "webgpu")
 
 
 def _package() -> types.ModuleType:
@@ -46,9 +55,9 @@ def _package() -> types.ModuleType:
 
 def load_for(target_kind: str = "llvm") -> list[str]:
     """Register the intrinsics a target of `target_kind` can use (all of them for a kind
-    other than "llvm"); returns the modules loaded now."""
+    not in UNTENSORIZED); returns the modules loaded now."""
     _package()
-    wanted = CPU if target_kind == "llvm" else CPU + GPU
+    wanted = CPU if target_kind in UNTENSORIZED else CPU + GPU
     loaded = []
     for name in wanted:
         full = f"{PACKAGE}.{name}"

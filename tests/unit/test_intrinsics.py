@@ -17,7 +17,9 @@ import tvm.s_tir.tensor_intrin  # what TuneContext does: must not load the GPU o
 for name in ("dot_16x4_vnni", "dot_4x4_i8i8s32_neon"):  # x86 VNNI, Arm NEON
     assert TensorIntrin.get(name, allow_missing=True) is not None, name
 assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
-print(load_for("cuda"))  # a GPU target gets the rest
+print(load_for("opencl"))  # a phone GPU's rules tensorize nothing: none more
+assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
+print(load_for("cuda"))  # CUDA (tensor cores) gets the rest
 assert TensorIntrin.get("mma_f16f16f32_trans_b", allow_missing=True) is not None
 print(load_for("llvm"))  # loaded once
 """
@@ -30,5 +32,6 @@ def test_cpu_intrinsics_alone_then_the_gpu_ones_when_asked():
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "['dot_product_common', 'x86', 'arm_cpu', 'riscv_cpu']"
-    assert lines[1] == "['cuda', 'rocm', 'metal', 'hexagon']"
-    assert lines[2] == "[]"
+    assert lines[1] == "[]"
+    assert lines[2] == "['cuda', 'rocm', 'metal', 'hexagon']"
+    assert lines[3] == "[]"

@@ -44,7 +44,7 @@ class Workload:
         from workers.round.search import TunedWorkload
 
         mod = load_mod(task)
-        intrinsics.load_for(str(task.target.get("kind", "llvm")))  # a GPU target: its ones too
+        intrinsics.load_for(str(task.target.get("kind", "llvm")))  # CUDA, Hexagon: theirs too
         target = tvm.target.Target(task.target)
         database = StoreDatabase(store, task.workload_key, mod)
         return cls(mod, target, database, TunedWorkload(task.workload_key, database.workload,
