@@ -19,14 +19,29 @@ def cpu_intrinsics():
     load_for("llvm")
 
 BUILDER: dict = {}  # one warm build process for both runs (a fresh pool costs ~20 s a batch)
+RUNNER: dict = {}  # one local runner for the module (each starts a process that imports TVM)
+
+
+def local_runner():
+    """MetaSchedule's LocalRunner on this CPU, shared by the module's loops: one run of at
+    least 1 ms a candidate (these tests check what the loop and store do with the times)."""
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+
+    if "r" not in RUNNER:
+        with tvm_children_without_torch():
+            RUNNER["r"] = LocalRunner(evaluator_config=EvaluatorConfig(
+                number=1, repeat=1, min_repeat_ms=1, enable_cpu_cache_flush=False))
+    return RUNNER["r"]
+
 
 class CountingInner:
     """TVM's EvolutionarySearch, counting what it is asked."""
 
     def __init__(self, spy=None):
-        from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+        from workers.round.search import evolutionary
 
-        self.real = SearchStrategy.create("evolutionary")
+        # the farm's search, small: these tests check the loop around it, not its finds
+        self.real = evolutionary(population=64, iters=1)
         self.batches, self.max_trials, self.spy = 0, None, spy
 
     def _initialize_with_tune_context(self, context):
@@ -68,9 +83,7 @@ class SpyRunner:
     """MetaSchedule's LocalRunner, noting when a batch is sent."""
 
     def __init__(self, spy):
-        from tvm.s_tir.meta_schedule.runner import LocalRunner
-
-        self.spy, self.real = spy, LocalRunner()
+        self.spy, self.real = spy, local_runner()
 
     def run(self, inputs):
         self.spy.events.append("run")
@@ -93,7 +106,7 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True
     counters = RoundCounters()
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy=search, task_name="main", rand_state=7, num_threads=1)
-    runner = SpyRunner(spy) if spy is not None else ms.runner.LocalRunner()
+    runner = SpyRunner(spy) if spy is not None else local_runner()
     with tvm_children_without_torch():
         builder = BUILDER.setdefault("b", WarmBuilder(1, 60, 64))
     loop = Loop(ctx, builder, OnPhones(runner), ms.CostModel.create("random"),
@@ -472,7 +485,7 @@ def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_samp
         sent.append([candidate_hash(record_of(c, tuned.workload, target)) for c in cands])
         callback(cands, built, results)
 
-    Loop(ctx, builder, OnPhones(ms.runner.LocalRunner()), Scores(), on_results).run(
+    Loop(ctx, builder, OnPhones(local_runner()), Scores(), on_results).run(
         max_trials=32, per_batch=8, database=database)
     sample, scores = scored[0]
     assert len(sample) == 32  # the first predict: the random sample, ranked once
