@@ -63,7 +63,7 @@ def put_task(store, shape, profile) -> TuneTask:
     return task
 
 
-def measure_random(store, task: TuneTask, builder, seed: int) -> None:
+def measure_random(store, task: TuneTask, builder, runner, seed: int) -> None:
     """TRIALS random candidates of the task, built and timed on this CPU by MetaSchedule's
     own local runner, stored as the farm stores a phone's records."""
     import tvm
@@ -71,7 +71,6 @@ def measure_random(store, task: TuneTask, builder, seed: int) -> None:
 
     from farm.tir.module import load_mod
 
-    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1))
     tidy_meta_schedule_loggers()  # tune_tir fails on a nameless handler of its logger
     with tempfile.TemporaryDirectory() as work:
         db = ms.tune_tir(load_mod(task), tvm.target.Target(task.target), work_dir=work,
@@ -104,13 +103,19 @@ def farm_store(tmp_path_factory):
     svc, url = services.start_redis(data, data)
     store = open_store(url)
     profile = resolve_profile("cpu-local", {})
+    from tvm.s_tir import meta_schedule as ms  # after load_for: its intrinsics only
+
     with tvm_children_without_torch():
         builder = WarmBuilder(max_workers=2)
+        # one runner process for every workload (each LocalRunner starts one that imports
+        # TVM); a time of >= 20 ms a repeat, as the tests' phones take (tests/farm.toml)
+        runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+            number=3, repeat=1, min_repeat_ms=20))
     try:
         tasks = [put_task(store, shape, profile) for shape in TRAIN]
         for i, task in enumerate(tasks):
             with tvm_children_without_torch():
-                measure_random(store, task, builder, seed=i + 1)
+                measure_random(store, task, builder, runner, seed=i + 1)
         yield store, profile, tasks, data
     finally:
         builder.shutdown()
