@@ -9,9 +9,9 @@ RISC-V ones (VNNI/AVX-512, NEON dot products), which take under 4 s.
 A phone GPU's target (kind "opencl": Mali, Adreno; "vulkan", "metal", "webgpu") is scheduled
 by MetaSchedule's GPU rules (its rule kind "cuda": tiling, thread binding, cross-thread
 reduction), which tensorize nothing: it needs no GPU intrinsic either, and each of a worker's
-round processes is spared ~25 s of CPU before its first OpenCL round. Only CUDA (tensor
-cores from sm_75: "cuda-tensorcore"), ROCm, Hexagon and kinds the farm does not know load
-the rest.
+round processes is spared ~25 s of CPU before its first OpenCL round. CUDA (tensor cores from
+sm_75: "cuda-tensorcore"), ROCm and Hexagon load their own module; a kind the farm does not
+know loads them all.
 
 `load_for(target_kind)` registers the CPU ones and, for such a target, the rest. It stands
 in for the package's own `__init__` (a module object with the package's path, put in
@@ -32,6 +32,8 @@ CPU = ("dot_product_common", "x86", "arm_cpu", "riscv_cpu")
 GPU = ("cuda", "rocm", "metal", "hexagon")
 # target kinds whose default schedule rules use no tensor intrinsic beyond the CPU ones
 UNTENSORIZED = ("llvm", "opencl", "vulkan", "metal", "webgpu")
+# a kind that tensorizes takes its own module's (each stands alone); an unknown kind all
+OWN = {"cuda": ("cuda",), "rocm": ("rocm",), "hexagon": ("hexagon",)}
 
 
 def _package() -> types.ModuleType:
@@ -54,10 +56,10 @@ def _package() -> types.ModuleType:
 
 
 def load_for(target_kind: str = "llvm") -> list[str]:
-    """Register the intrinsics a target of `target_kind` can use (all of them for a kind
-    not in UNTENSORIZED); returns the modules loaded now."""
+    """Register the intrinsics a target of `target_kind` can use (the CPU ones, and a kind
+    not in UNTENSORIZED its own or, unknown, all); returns the modules loaded now."""
     _package()
-    wanted = CPU if target_kind in UNTENSORIZED else CPU + GPU
+    wanted = CPU if target_kind in UNTENSORIZED else CPU + OWN.get(target_kind, GPU)
     loaded = []
     for name in wanted:
         full = f"{PACKAGE}.{name}"

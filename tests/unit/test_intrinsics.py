@@ -1,5 +1,6 @@
 """The CPU tensor intrinsics are registered without TVM's GPU ones (farm/devices/intrinsics.py),
-and TuneContext's own `import tvm.s_tir.tensor_intrin` then parses nothing more."""
+and TuneContext's own `import tvm.s_tir.tensor_intrin` then parses nothing more; a phone GPU
+(OpenCL) needs none more, a kind that tensorizes its own."""
 
 import os
 import subprocess
@@ -19,8 +20,9 @@ for name in ("dot_16x4_vnni", "dot_4x4_i8i8s32_neon"):  # x86 VNNI, Arm NEON
 assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
 print(load_for("opencl"))  # a phone GPU's rules tensorize nothing: none more
 assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
-print(load_for("cuda"))  # CUDA (tensor cores) gets the rest
-assert TensorIntrin.get("mma_f16f16f32_trans_b", allow_missing=True) is not None
+print(load_for("hexagon"))  # a kind that tensorizes gets its own (CUDA's alone parse ~22 s)
+assert TensorIntrin.get("dot_32x4_u8u8i32_vrmpy", allow_missing=True) is not None
+assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
 print(load_for("llvm"))  # loaded once
 """
 
@@ -33,5 +35,5 @@ def test_cpu_intrinsics_alone_then_the_gpu_ones_when_asked():
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "['dot_product_common', 'x86', 'arm_cpu', 'riscv_cpu']"
     assert lines[1] == "[]"
-    assert lines[2] == "['cuda', 'rocm', 'metal', 'hexagon']"
+    assert lines[2] == "['hexagon']"
     assert lines[3] == "[]"
