@@ -306,6 +306,8 @@ def _cache_commands(sub: Commands) -> None:
                          ".parquet (workload, task, device key, family, FLOPs, candidate, run "
                          "time, GFLOPS, failure, job, host, phone, source, TVM, builder, time, "
                          "verified), for pandas; parquet needs pyarrow (the [export] extra)")
+    ex.add_argument("--features", action="store_true",
+                    help="parquet: each measurement's cost-model features too, where cached")
     im = _cache_action(actions, "import", "seed the store from a MetaSchedule JSONDatabase "
                                           "(unverified records)",
                        device_key="the key to file the records under (default the config's)")

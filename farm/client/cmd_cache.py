@@ -163,10 +163,10 @@ def _stats(args: argparse.Namespace, store: RecordStore) -> None:
 def _export(args: argparse.Namespace, store: RecordStore) -> None:
     from farm.client import cache
 
-    if args.format in ("csv", "parquet"):
+    if args.format in ("csv", "parquet") or args.features:  # --features: parquet's only
         from farm.client.table import FORMATS, export_table
 
-        n = export_table(store, Path(args.folder), args.device_key, args.format)
+        n = export_table(store, Path(args.folder), args.device_key, args.format, args.features)
         print(f"exported {n} measurements (every one, the archive's too) to "
               f"{args.folder}/{FORMATS[args.format]}")
     elif args.all:

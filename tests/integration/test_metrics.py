@@ -90,7 +90,10 @@ def values(scraped: dict[str, Samples], name: str, **labels: str) -> dict[str, f
 
 
 def leader(farm2) -> str | None:
-    got = scrape_all(farm2)
+    try:
+        got = scrape_all(farm2)
+    except OSError:  # a host beats before its /metrics listens (a moment after): not yet
+        return None
     leads = [h for h in HOSTS if got[h].get(("tunefarm_leader", frozenset({("host", h)}))) == 1]
     return leads[0] if len(leads) == 1 else None
 

@@ -247,3 +247,27 @@ def test_export_parquet_without_pyarrow_says_how(tmp_path: Path, monkeypatch):
     with pytest.raises(UsageError, match="pyarrow") as e:
         export_table(open_store("memory://"), tmp_path / "t", fmt="parquet")
     assert "tunefarm[export]" in (e.value.hint or "") and not (tmp_path / "t").exists()
+
+
+def test_export_parquet_with_features_gives_each_cached_matrix(tmp_path: Path):
+    """--features: each measurement's cost-model feature matrix where the store caches one
+    (a list of rows, float32), null where it does not; refused without parquet."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from farm.client.table import export_table
+    from farm.core.errors import UsageError
+    from workers.round.samples import encode
+
+    store = open_store("memory://")
+    wk = seed_store(store, resolve_profile("cpu-local"), 16, [30.0, 10.0])
+    first, second = store.records(wk)
+    matrix = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    store.put_features(wk, {first.candidate: encode(matrix)})
+    assert export_table(store, tmp_path / "t", fmt="parquet", features=True) == 2
+    rows = {r["candidate"]: r for r in pq.read_table(tmp_path / "t" / "measurements.parquet")
+            .to_pylist()}
+    assert np.allclose(rows[first.candidate]["features"], matrix)
+    assert rows[second.candidate]["features"] is None
+    with pytest.raises(UsageError, match="parquet"):
+        export_table(store, tmp_path / "c", fmt="csv", features=True)
