@@ -19,6 +19,7 @@ from typing import Any
 from farm.client.cache import check_out_dir, tasks_of
 from farm.core.errors import UsageError
 from farm.store import RecordStore
+from farm.store.packing import feature_matrix
 
 # the columns of `farm cache export --format csv|parquet`, one row per measurement
 TABLE = ("workload_key", "task", "device_key", "family", "flop", "candidate", "run_us",
@@ -46,25 +47,13 @@ def _rows(store: RecordStore, device_key: str | None,
         t = tasks[rec.workload_key]
         at = datetime.fromtimestamp(rec.measured_at, timezone.utc) if rec.measured_at else None
         gflops = t.flop / rec.run_us / 1e3 if rec.valid and t.flop and rec.run_us else None
-        row = (rec.workload_key, t.name, t.device_key, t.family, t.flop, rec.candidate,
-               rec.run_us if rec.valid else None, gflops, rec.valid, rec.error_class,
-               brief(rec.error_msg) if rec.error_msg else "", rec.job_id, rec.host, rec.phone,
-               rec.source, rec.tvm, rec.builder, at, rec.verified)
-        yield (*row, _matrix(cached.get(rec.candidate, ""))) if features else row
-
-
-def _matrix(text: str) -> list[list[float]] | None:
-    """A cached feature matrix ("rows:cols:" + base64 of zlib of float32) as a list of rows."""
-    if not text:
-        return None
-    import base64
-    import zlib
-
-    import numpy as np
-
-    rows, cols, data = text.split(":", 2)
-    x = np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.float32)
-    return x.reshape(int(rows), int(cols)).tolist()
+        row: tuple[Any, ...] = (
+            rec.workload_key, t.name, t.device_key, t.family, t.flop, rec.candidate,
+            rec.run_us if rec.valid else None, gflops, rec.valid, rec.error_class,
+            brief(rec.error_msg) if rec.error_msg else "", rec.job_id, rec.host, rec.phone,
+            rec.source, rec.tvm, rec.builder, at, rec.verified)
+        matrix = feature_matrix(cached.get(rec.candidate, "")) if features else None
+        yield (*row, None if matrix is None else matrix.tolist()) if features else row
 
 
 def export_table(store: RecordStore, out_dir: Path, device_key: str | None = None,

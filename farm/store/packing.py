@@ -15,8 +15,12 @@ read as they are (`{` first) and their entry is derived from them.
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
 
 from farm.store.store import Entry, StoredRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ZDICT_BYTES = 32 * 1024  # zlib's window: a longer dictionary is not used
 ZDICT_MIN = 1024  # a record shorter than this (TVM's default schedule: no trace) is no model
@@ -110,6 +114,20 @@ def unsqueeze(blob: bytes) -> str:
 
 
 FEATURES = b"h"  # a feature matrix as float16, zlib: what Redis keeps of a cost-model input
+
+
+def feature_matrix(text: str) -> np.ndarray | None:
+    """A record's cost-model features as the store keeps them ("rows:cols:" + base64 of zlib
+    of float32, workers/round/samples.encode) as a matrix; None for a record without."""
+    if not text:
+        return None
+    import base64
+
+    import numpy as np
+
+    rows, cols, data = text.split(":", 2)
+    raw = zlib.decompress(base64.b64decode(data))
+    return np.frombuffer(raw, dtype=np.float32).reshape(int(rows), int(cols))
 
 
 def pack_features(text: str) -> bytes:

@@ -23,6 +23,7 @@ from tvm.s_tir.meta_schedule.database import Workload
 from farm.core.messages import TuneTask
 from farm.store import RecordStore, StoredRecord
 from farm.store.cold import wholes
+from farm.store.packing import feature_matrix
 from farm.store.store import FAILED_RUN_SECS, Entry
 from workers.round.database import tuning_record
 
@@ -42,11 +43,7 @@ def encode(x: np.ndarray) -> str:
 
 def decode(text: str) -> np.ndarray | None:
     """The feature matrix `encode` wrote; None for a candidate that has none."""
-    if not text:
-        return None
-    rows, cols, data = text.split(":", 2)
-    raw = zlib.decompress(base64.b64decode(data))
-    return np.frombuffer(raw, dtype=np.float32).reshape(int(rows), int(cols))
+    return feature_matrix(text)
 
 
 def cost_of(rec: StoredRecord | Entry) -> float:
