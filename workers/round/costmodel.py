@@ -43,7 +43,6 @@ from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
 from workers.round.database import tuning_record
-from workers.round.firstbatch import BORROWED
 from workers.round.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
 from workers.round.samples import cost_of, decode, featurize_missing, learnable, pick
 from workers.round.transfer import families_of, relatives_in_store, task_family
@@ -366,4 +365,4 @@ def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: 
         log.info("workload %s: the key's model %s does not rank it: %s", task.workload_key,
                  key.describe(), why)
         return own, learned, fallback
-    return RankedModel(own, key, threads), learned, f"{BORROWED} {key.describe()}: {why}"
+    return RankedModel(own, key, threads), learned, f"key model {key.describe()}: {why}"

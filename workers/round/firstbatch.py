@@ -29,7 +29,6 @@ from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 from farm.core.aliases import MeasureCandidate, Schedule, TuneContext, TVMDatabase
 
 log = logging.getLogger(__name__)
-BORROWED = "key model"  # how a round's `ranked_by` starts when the key's model ranks it
 EPS_GREEDY = 0.05  # MetaSchedule's evolutionary search's share of random picks
 
 

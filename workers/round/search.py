@@ -54,7 +54,7 @@ from farm.store.store import FAILED_RUN_SECS
 from farm.tir.module import record_json
 from workers.round.baseline import baseline_candidate
 from workers.round.database import tuning_record
-from workers.round.firstbatch import BORROWED, RankedSample
+from workers.round.firstbatch import RankedSample
 from workers.round.inflight import InFlight, Proposed
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,7 @@ class RoundFacts:
     single: bool = False
     learned: int = 0
     ranked_by: str = ""
-
-    @property
-    def borrowed(self) -> bool:
-        return self.ranked_by.startswith(BORROWED)
+    borrowed: bool = False
 
 
 def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:

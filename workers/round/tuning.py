@@ -71,7 +71,7 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     the round knew when it began, its search's counts (skipped, fresh, seeded, ...) and the
     CPU seconds of each part of it here (`setup`: the cost model and search set up, then
     pipeline.PARTS)."""
-    from workers.round.costmodel import round_model
+    from workers.round.costmodel import RankedModel, round_model
     from workers.round.loop import Searcher
     from workers.round.search import RoundFacts, round_search
 
@@ -80,7 +80,8 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     threads = ctx.search_threads(profile)
     cost_model, learned, ranked_by = (None, 0, "") if single else round_model(
         store, task, w.database.workload, w.target, threads)  # ranked_by "": the first batch
-    facts = RoundFacts(trials, single, learned, ranked_by)
+    facts = RoundFacts(trials, single, learned, ranked_by,
+                       borrowed=isinstance(cost_model, RankedModel))  # the key's model ranks
     search = round_search(store, task, w.tuned, facts, ctx.config, stop=where.stop,
                           origins=where.origins)
     _log_start(ctx, req, task, facts, (search.cold, len(search.verify)), (phones, threads))
