@@ -24,7 +24,7 @@ all and per part, the wall, and the ratio of each side to the first.
 The helper processes' recycling alone, with no search in it: the same candidates of a 3x3
 convolution (sampled once) built through the farm's builder on helper processes recycled every
 64 calls and every 1024 (`builder_max_uses`), in turns, the CPU of every call counted as a
-round counts it (workers/round/procs.py: a process's start lands on its first call).
+round counts it (workers/metaschedule/procs.py: a process's start lands on its first call).
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def recycling(builds: int) -> int:
     from farm.devices.cross import export_shared
     from farm.devices.intrinsics import load_for
     from farm.devices.lean import without_torch
-    from workers.round.builder import WarmBuilder
-    from workers.round.procs import for_rounds
+    from workers.metaschedule.builder import WarmBuilder
+    from workers.metaschedule.procs import for_rounds
 
     load_for("llvm")
     # the helper processes import no torch, as a worker's (farm/devices/lean.py)

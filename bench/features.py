@@ -10,7 +10,7 @@ the schedule (MetaSchedule's per-store features). This runs the farm's search (p
 3x3 convolution, a transformer's dense layer) with an XGBoost model that ranks from its first
 batch, the measured candidates committed to the search's database as a round's are, their
 "run times" a fixed function of the schedule (so both sides see the same ones), once with
-`CachedFeatures` (workers/round/features.py) and once with MetaSchedule's `PerStoreFeature`.
+`CachedFeatures` (workers/metaschedule/features.py) and once with MetaSchedule's `PerStoreFeature`.
 The sides start from the same random state: the same features make the same scores, so they
 must propose the same candidates (checked), and the CPU of the search is the difference.
 Sides alternate which runs first. No phones: the measurements are not the subject.
@@ -20,7 +20,7 @@ Sides alternate which runs first. No phones: the measurements are not the subjec
 The CPU of a round's first batch of 16 by how it is made: the evolutionary search (population
 128, 2 genetic iterations: MetaSchedule's way), the same with 0 iterations (the initial
 population ranked, nothing evolved), the farm's ranked sample (64 random schedules ranked
-once: a round the key's model ranks, workers/round/firstbatch.py) and a random replay (a
+once: a round the key's model ranks, workers/metaschedule/firstbatch.py) and a random replay (a
 cold round's first batch). Each under a model with no samples (it scores at random: the
 search's own work, without features) and under one trained on 32 schedules (it scores
 with features, as the key's model does).
@@ -71,8 +71,8 @@ def run_side(mod: Any, cached: bool, batches: int, seed: int) -> dict[str, Any]:
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.features import CachedFeatures
-    from workers.round.search import evolutionary
+    from workers.metaschedule.features import CachedFeatures
+    from workers.metaschedule.search import evolutionary
 
     np.random.seed(seed)  # XGBModel scores at random before its first update
     target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
@@ -119,7 +119,7 @@ def _trained_model(mod: Any, target: Any, n: int) -> Any:
     from tvm.s_tir.meta_schedule.runner import RunnerResult
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
-    from workers.round.features import CachedFeatures
+    from workers.metaschedule.features import CachedFeatures
 
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy=SearchStrategy.create("replay-trace"),
@@ -145,8 +145,8 @@ def first_batches() -> None:
     from tvm.s_tir.meta_schedule.database import MemoryDatabase
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
-    from workers.round.features import CachedFeatures
-    from workers.round.firstbatch import RankedSample
+    from workers.metaschedule.features import CachedFeatures
+    from workers.metaschedule.firstbatch import RankedSample
 
     ways: dict[str, Any] = {
         "evolutionary, 2 iterations": lambda: SearchStrategy.create(

@@ -391,8 +391,8 @@ def train(url: str, archive: str) -> dict:
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
     from farm.store.cold import wholes
-    from workers.round.costmodel import per_workload
-    from workers.round.samples import pick
+    from workers.metaschedule.costmodel import per_workload
+    from workers.metaschedule.samples import pick
 
     store = open_store(url, archive=archive)
     wks = sorted({wk for job in store.job_ids() if job.startswith("live")

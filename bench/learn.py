@@ -87,12 +87,12 @@ def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Pat
 
 def heldout_table(home: Path) -> list[str]:
     """The key's cost model of a farm home's store (after its fill): per operator family, its
-    held-out rank correlation (workers/round/heldout.py) and whether it ranks that family's
+    held-out rank correlation (workers/metaschedule/heldout.py) and whether it ranks that family's
     new workloads."""
     from farm.core.config import load_config
     from farm.local.embedded import embedded_store_url
     from farm.store import open_store
-    from workers.round.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS
+    from workers.metaschedule.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS
 
     lines = ["| model key | version | trained on | family | held-out rank correlation | "
              "held-out workloads | ranks new ones |", "|---|---|---|---|---|---|---|"]
@@ -247,7 +247,7 @@ def report(results: dict[str, Any]) -> str:
                          f"{p['measured']} ({p['valid']} valid) | | |")
         lines.append(f"| {name} | | untuned | {m['untuned_us']} | | | | | | |")
     lines += ["", "The warm store's cost model, checked on held-out workloads per operator family "
-              "(workers/round/heldout.py):", "", *results["heldout"]]
+              "(workers/metaschedule/heldout.py):", "", *results["heldout"]]
     lines += ["", "Targets (issue 47), per model:", ""]
     lines += [f"- {v}" for m in results["models"].values() for v in m["verdicts"]]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """How well a round ranks the candidates of a workload the key's model never saw, after its
 first batch: the key's model alone, the key's model corrected by the batch (what a round
-does, workers/round/costmodel.py RankedModel), and a model of the batch alone. No tuning: it
+does, workers/metaschedule/costmodel.py RankedModel), and a model of the batch alone. No tuning: it
 reads the records of a farm home's store (e.g. bench/warm_model.py's filled home).
 
     python bench/ranking.py --home DIR [--first 16] [--min-records 48] [--out FILE]
@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def rank_correlation(scores: np.ndarray, run_us: np.ndarray) -> float:
-    """The held-out check's rank correlation (workers/round/heldout.py), of scores (higher:
+    """The held-out check's rank correlation (workers/metaschedule/heldout.py), of scores (higher:
     faster) with run times (lower: faster)."""
-    from workers.round.heldout import rank_correlation as spearman
+    from workers.metaschedule.heldout import rank_correlation as spearman
 
     return spearman(-np.asarray(scores), np.asarray(run_us))
 
@@ -55,7 +55,7 @@ def own_only(xs: list[np.ndarray], ys: np.ndarray, rest: list[np.ndarray]) -> np
 
 
 def features(store: Any, wk: str, recs: list[Any]) -> dict[str, np.ndarray]:
-    from workers.round import samples
+    from workers.metaschedule import samples
 
     cached = store.features(wk)
     missing = [r for r in recs if r.candidate not in cached]
@@ -67,7 +67,7 @@ def features(store: Any, wk: str, recs: list[Any]) -> dict[str, np.ndarray]:
 
 
 def evaluate(store: Any, mkey: str, wk: str, first: int) -> dict[str, Any] | None:
-    from workers.round import costmodel
+    from workers.metaschedule import costmodel
 
     recs = sorted(store.records(wk), key=lambda r: r.measured_at)
     feats = features(store, wk, recs)

@@ -1,5 +1,5 @@
 """Warm vs cold: trials until a new workload is within 10 % of its best, with and without the
-key's cost model (workers/round/costmodel.py), measured side by side in one run.
+key's cost model (workers/metaschedule/costmodel.py), measured side by side in one run.
 
 The warm store holds 32 random, measured candidates of each of 5 matmuls
 (tests/integration/test_costmodel.py's TRAIN shapes); the cold store holds nothing. Each
@@ -72,8 +72,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).with_name("warm.md")))
     args = ap.parse_args()
     from farm.devices.intrinsics import load_for
-    from workers.round import costmodel
-    from workers.round.builder import WarmBuilder
+    from workers.metaschedule import costmodel
+    from workers.metaschedule.builder import WarmBuilder
 
     load_for("llvm")
     profile = resolve_profile("cpu-local", {})

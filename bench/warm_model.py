@@ -1,4 +1,4 @@
-"""Warm vs cold on a held-out model: what the key's cost model (workers/round/costmodel.py) buys a
+"""Warm vs cold on a held-out model: what the key's cost model (workers/metaschedule/costmodel.py) buys a
 model whose operators the store has never seen, measured side by side in one run.
 
     python bench/warm_model.py [--fill resnet,transformer] [--held-out mobile,mobilenet]

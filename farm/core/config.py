@@ -73,7 +73,7 @@ class FarmConfig:
     search_population: int = 128
     search_iters: int = 2  # its genetic iterations per batch (MetaSchedule: 4; bench/cpu.md)
     # a round the key's model ranks (a new workload with relatives) picks its first batch from
-    # this many random schedules, ranked (workers/round/firstbatch.py); 0: evolved
+    # this many random schedules, ranked (workers/metaschedule/firstbatch.py); 0: evolved
     first_sample: int = 64
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
@@ -81,13 +81,13 @@ class FarmConfig:
     # 1: a round searches and builds its next batch while the phones measure the last one
     # (workers/round/loop.py); 0: one after the other, as MetaSchedule's tune_tir does
     search_ahead: int = 1
-    # a round lends its search and builds to a helper host (workers/round/lent.py): "auto" when
+    # a round lends its search and builds to a helper host (workers/round/lend/phone_side.py): "auto" when
     # this host is short of cores for its phones, "always" whenever a helper is alive, "never"
     lend_search: str = "auto"
     # a lent round takes its search back when its helper sends no batch within this long
     lent_batch_timeout_s: float = 180.0
     # a workload the store has never measured measures first up to this many of its relatives'
-    # best schedules (its operator family's), replayed on it (workers/round/transfer.py); 0: never
+    # best schedules (its operator family's), replayed on it (workers/metaschedule/transfer.py); 0: never
     transfer_seeds: int = 8
     metrics_port: int = 0  # a worker's Prometheus /metrics (0: not served); loopback unless told
     metrics_host: str = "127.0.0.1"

@@ -3,7 +3,7 @@
 A builder's or a phone's error reaches the farm wrapped: MetaSchedule's "RPCRunner: An
 exception occurred", a Python traceback, TVM's "Error caught from RPC call" and the phone's
 own C++ frames. `brief` keeps the lines that say what went wrong; `fix_for` names the next
-step for the failure classes of workers/round/runner.py's `classify_run_error`.
+step for the failure classes of workers/metaschedule/runner.py's `classify_run_error`.
 """
 
 from __future__ import annotations

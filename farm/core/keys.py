@@ -76,7 +76,7 @@ def unverified(wk: str) -> str:
 
 
 def features(wk: str) -> str:
-    """Hash: candidate hash -> its cost-model features (cached; workers/round/costmodel.py)."""
+    """Hash: candidate hash -> its cost-model features (cached; workers/metaschedule/costmodel.py)."""
     return key_for("wl", wk, "features")
 
 

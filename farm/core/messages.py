@@ -136,8 +136,8 @@ class RoundResult(_Message):
     ranked_by: str = ""  # what ranked its candidates first (own records, the key's model)
     single_schedule: bool = False  # the workload has exactly one possible schedule
     handed_off: bool = False  # ended early: the rest of its trials went to an idle host
-    searched_by: str = ""  # a helper host searched and built its batches (workers/round/lent.py)
-    seeded: int = 0  # of `measured`: its relatives' schedules, carried over (workers/round/transfer.py)
+    searched_by: str = ""  # a helper host searched and built its batches (workers/round/lend/phone_side.py)
+    seeded: int = 0  # of `measured`: its relatives' schedules, carried over (workers/metaschedule/transfer.py)
     # CPU seconds per part on this host (workers/round/account.py) and on the helper host
     # that searched it, when one did
     cpu: dict[str, float] = field(default_factory=dict)

@@ -39,7 +39,7 @@ def _survive_crashed_sessions() -> None:
     job. A real phone's RPC app is restarted by its watchdog; here the crash is logged, the
     session's connection closed and the phone serves the next session. The worker sees the
     session lost (device lost) and measures the candidate elsewhere, or stores it as the
-    culprit (workers/round/callback.py)."""
+    culprit (workers/metaschedule/callback.py)."""
     import os
 
     from farm.devices.tvmapi import wrap_serving

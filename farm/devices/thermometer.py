@@ -8,7 +8,7 @@ per process for the profile's target and linked like any candidate. Its time nee
 a phone lacks (upload, load, `runtime.RPCTimeEvaluator`) and reads a GPU the same way.
 
 The reading is compared by the round with the phone's baseline, the fastest reading the store
-has of that phone (workers/round/phonelog.py, farm/store/phones.py): a phone more than
+has of that phone (workers/metaschedule/phonelog.py, farm/store/phones.py): a phone more than
 `heat_share` slower than its baseline is hot.
 """
 

@@ -15,7 +15,7 @@ from farm.core.urls import celery_broker
 from farm.store.broker import PRIORITY_STEPS, BrokerQueues
 
 ROUND_TASK = "tunefarm.round"
-# a round's search and builds lent to a helper host (workers/round/helper.py): its queue
+# a round's search and builds lent to a helper host (workers/round/lend/helper_side.py): its queue
 SEARCH_TASK = "tunefarm.search"
 SEARCH_QUEUE = "tune.search"
 

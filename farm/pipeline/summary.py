@@ -62,7 +62,7 @@ def make_summary(job: JobSpec, prep: Prepared, outcome: JobOutcome,
             "measure_s": round(st.measure_s, 2),
             "cpu_s": round(sum(st.cpu.values()) + sum(st.helper_cpu.values()), 2),
             "single_schedule": st.single_schedule,
-            "searched_by": st.searched_by,  # helper hosts (workers/round/lent.py)
+            "searched_by": st.searched_by,  # helper hosts (workers/round/lend/phone_side.py)
             "counts": row,
             "state": st.state,
             "message": st.message,
@@ -116,7 +116,7 @@ def cpu_line(cpu: JsonDict) -> str | None:
 
 def best_from(best: StoredRecord | None, job_id: str) -> str | None:
     """Where a task's best came from: "searched" (this job's search), "transferred from
-    NAME" (a relative's schedule carried over, workers/round/transfer.py; measured by this
+    NAME" (a relative's schedule carried over, workers/metaschedule/transfer.py; measured by this
     job or an earlier one), "stored (job ID)" (measured by an earlier job), or an import's
     source; None without a best."""
     if best is None:

@@ -16,7 +16,7 @@ def candidate_hash(record_json: JsonList) -> str:
 
 
 # TVM's default schedule of any workload: the function unscheduled, a trace that only gets its
-# root block (workers/round/search.py measures it with a workload's first batch on a CPU)
+# root block (workers/metaschedule/search.py measures it with a workload's first batch on a CPU)
 DEFAULT_SCHEDULE = candidate_hash([[[["GetSBlock", [], ["root", "main"], ["b0"]]], []]])
 # the source of a GPU workload's default-schedule record (TVM's dlight schedule: its trace, so
 # its hash, differs per workload), where a CPU's is found by DEFAULT_SCHEDULE

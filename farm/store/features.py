@@ -1,6 +1,6 @@
 """The cost model's features of each record, cached on the worker host's disk, not in Redis.
 
-A record's features (MetaSchedule's per-store features, workers/round/costmodel.py) are
+A record's features (MetaSchedule's per-store features, workers/metaschedule/costmodel.py) are
 derived data: the same trace on the same workload always gives the same matrix. Redis keeps
 what the farm cannot recompute; a host keeps the features it computed, in one SQLite file
 of its home (`<home>/features.sqlite`), packed as float16 (farm/store/packing.py), and

@@ -1,7 +1,7 @@
 """What the store keeps for the cost model of a device key (its "model key").
 
 A model key is a device key and one target (`model_key`): the workloads tuned for
-it share one XGBoost cost model, trained on all their records (workers/round/costmodel.py),
+it share one XGBoost cost model, trained on all their records (workers/metaschedule/costmodel.py),
 so a workload the farm never saw starts ranked by what every other one taught it.
 
 Contract of every `LearnedStore` (tests/unit/test_store_*.py):

@@ -1,7 +1,7 @@
 """What each phone did: its measurements as spans, and its totals (a phone's day).
 
 A phone is its device key and the address it registered at its tracker ("host:port"): the
-address a worker's session connected to (workers/round/runner.py learns it from the tracker).
+address a worker's session connected to (workers/metaschedule/runner.py learns it from the tracker).
 
 - A *span* is one measurement in flight on one phone: from the session the tracker granted
   to the session's end (upload, run, clean-up). Its outcome is "ok", a failure class, or

@@ -4,7 +4,7 @@ The phone host that runs a round (the owner) opens a session; a helper host (`fa
 --helper`, no phones) claims it, searches and builds the round's batches and pushes each
 one, the built kernels inside; the owner measures a batch on its phones, commits the records
 as any round does, and pushes the batch's results back, which the helper tells its search
-before it proposes the next batch but one (workers/round/helper.py, workers/round/lent.py).
+before it proposes the next batch but one (workers/round/lend/helper_side.py, workers/round/lend/phone_side.py).
 
 Both sides beat while they work (a key that expires `ttl_s` after the last beat): the owner
 finishes the round itself when the helper's beat is gone, the helper stops when the owner's

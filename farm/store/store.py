@@ -81,7 +81,7 @@ class StoredRecord(_Message):
     tvm: str = ""
     verified: bool = True  # measured by a phone of the farm (False: imported, unverified)
     # the host and compilers that built the kernel ("<host>: LLVM <v>, <linker> <v>"; a lent
-    # round's are its helper's, workers/round/identity.py); "" unknown (imported, or older)
+    # round's are its helper's, workers/metaschedule/identity.py); "" unknown (imported, or older)
     builder: str = ""
     # the phone that timed it (its RPC server's address as the tracker gave it, or its
     # emulated name); "" unknown (imported, a failure before a phone, or older)

@@ -12,8 +12,8 @@ convolution, with whatever epilogue.
 
 A workload without a reduction (an elementwise or layout op) is of the family of its output's
 rank and its inputs' ranks. A schedule carries over between workloads of one family
-(workers/round/transfer.py), and a cost model trained on a family ranks its new workloads where
-its held-out check says so (workers/round/costmodel.py).
+(workers/metaschedule/transfer.py), and a cost model trained on a family ranks its new workloads where
+its held-out check says so (workers/metaschedule/costmodel.py).
 """
 
 from __future__ import annotations

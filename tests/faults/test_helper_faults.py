@@ -1,4 +1,4 @@
-"""Helper hosts (workers/round/lent.py, helper.py): a phone host's rounds searched and built by a
+"""Helper hosts (workers/round/lend/: phone_side.py, helper_side.py): a phone host's rounds searched and built by a
 helper host without phones, measured by the phone host's phones; a helper killed mid-search
 costs the round nothing: the phone host searches the rest itself, nothing measured twice.
 

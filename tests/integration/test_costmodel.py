@@ -1,8 +1,8 @@
-"""The key's cost model (workers/round/costmodel.py), trained from a real Redis store of real
+"""The key's cost model (workers/metaschedule/costmodel.py), trained from a real Redis store of real
 measurements: it ranks the candidates of a workload it never saw better than random, and a
 real round of a new workload (real tracker, real phone) trains it and searches with it.
 And from the same store, a new workload's first candidates are its relatives' best schedules
-(workers/round/transfer.py): they fit its shapes, build, and run faster than random ones."""
+(workers/metaschedule/transfer.py): they fit its shapes, build, and run faster than random ones."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def measure_random(store, task: TuneTask, builder, runner, seed: int) -> None:
 def farm_store(tmp_path_factory):
     """A private Redis holding TRIALS measured random candidates of each TRAIN matmul."""
     from farm.devices.intrinsics import load_for
-    from workers.round.builder import WarmBuilder
+    from workers.metaschedule.builder import WarmBuilder
 
     load_for("llvm")
     # tune_tir rewrites MetaSchedule's logger with a logging config; under pytest a later
@@ -131,7 +131,7 @@ def rank_correlation(scores, run_us) -> float:
 
 
 def test_the_key_model_ranks_a_workload_it_never_saw_better_than_random(farm_store):
-    from workers.round import costmodel, samples
+    from workers.metaschedule import costmodel, samples
 
     store, profile, tasks, _ = farm_store
     mkey = model_key(profile.key, profile.target_json())
@@ -262,7 +262,7 @@ def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_sto
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.tir.module import load_mod
-    from workers.round import costmodel
+    from workers.metaschedule import costmodel
 
     store, profile, tasks, _ = farm_store
     mkey = model_key(profile.key, profile.target_json())
@@ -318,8 +318,8 @@ def test_a_new_workload_is_seeded_with_its_relatives_best_schedules(farm_store):
     from tvm.s_tir.meta_schedule import TuneContext
 
     from farm.tir.module import load_mod
-    from workers.round import transfer
-    from workers.round.database import replays
+    from workers.metaschedule import transfer
+    from workers.metaschedule.database import replays
 
     store, profile, tasks, _ = farm_store
     # a dense layer with bias and ReLU: its relatives are the stored plain matmuls (another
@@ -352,7 +352,7 @@ def test_a_new_workload_is_seeded_with_its_relatives_best_schedules(farm_store):
 
 
 def test_fit_tiles_keeps_the_inner_factors_that_divide():
-    from workers.round.transfer import fit_tiles
+    from workers.metaschedule.transfer import fit_tiles
 
     assert fit_tiles([1, 2, 8, 4], 64) == [1, 2, 8, 4]  # fits already
     assert fit_tiles([1, 2, 8, 4], 128) == [2, 2, 8, 4]

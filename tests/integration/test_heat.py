@@ -19,8 +19,8 @@ from farm.devices.tracker import phones as tracker_phones
 from farm.devices.tracker import wait_for_phones
 from farm.local import services
 from farm.store import open_store
-from workers.round import phonelog
-from workers.round.phonelog import LostPolicy, PhoneLog
+from workers.metaschedule import phonelog
+from workers.metaschedule.phonelog import LostPolicy, PhoneLog
 
 pytestmark = pytest.mark.integration
 KEY = "warm"

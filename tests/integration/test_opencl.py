@@ -149,7 +149,7 @@ def test_a_kernel_that_fails_to_build_on_the_phone_is_its_error_not_a_lost_phone
     import tvm
     from tvm import s_tir, te
 
-    from workers.round.runner import classify_run_error
+    from workers.metaschedule.runner import classify_run_error
 
     tracker = narrow_phones[0]
     a = te.placeholder((256,), name="a")

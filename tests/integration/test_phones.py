@@ -16,8 +16,8 @@ from farm.devices.tracker import wait_for_phones
 from farm.local import services
 from farm.store import open_store
 from farm.store.phones import PhoneSpan
-from workers.round import phonelog
-from workers.round.phonelog import LostPolicy, PhoneLog
+from workers.metaschedule import phonelog
+from workers.metaschedule.phonelog import LostPolicy, PhoneLog
 
 pytestmark = pytest.mark.integration
 KEY = "flaky"
@@ -155,7 +155,7 @@ def test_integer_arguments_are_valid_indices_on_the_phone(tracker, tmp_path):
 
 def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
     """Two rounds' batches on the same phones are served one after the other, the older first
-    (workers/round/turns.py): side by side, both would end together and both rounds would then
+    (workers/metaschedule/turns.py): side by side, both would end together and both rounds would then
     search while every phone waits. Without the turns, the younger batch's requests, queued
     at the tracker, take each phone the older batch frees; counting the older batch's
     measurements when they asked rather than when granted, its last request could lose a
@@ -164,13 +164,13 @@ def test_an_older_batch_gets_the_phones_before_a_younger_one(tracker, tmp_path):
     import threading
 
     from farm.devices.tracker import request_session
-    from workers.round.turns import Turns, settle
+    from workers.metaschedule.turns import Turns, settle
 
     order: list[str] = []
     lock = threading.Lock()
 
     def measure(name: str, turns: Turns, ticket: str, ask_s: float) -> None:
-        turns.wait(ticket)  # as the runner's pool does before a call (workers/round/procs.py)
+        turns.wait(ticket)  # as the runner's pool does before a call (workers/metaschedule/procs.py)
         try:
             time.sleep(ask_s)  # a request takes a while to reach the tracker (a helper process)
             session, _phone = request_session(tracker, KEY, 30, turns.priority)
@@ -294,7 +294,7 @@ def test_each_session_gets_the_profiles_threads_and_cores(tracker, tmp_path):
 
 def test_a_rounds_cpu_account_adds_up_to_what_its_processes_spent(tracker, tmp_path):
     """A round's loop on real phones, its builds and measuring client on the round's helper
-    processes (workers/round/procs.py), as a worker runs it: the CPU seconds it puts on each
+    processes (workers/metaschedule/procs.py), as a worker runs it: the CPU seconds it puts on each
     part (workers/round/loop.py) add up, within 10 % and 0.5 s, to what the kernel says
     this process and the helper processes spent meanwhile."""
     import functools
@@ -309,13 +309,13 @@ def test_a_rounds_cpu_account_adds_up_to_what_its_processes_spent(tracker, tmp_p
     from farm.devices.intrinsics import load_for
     from tests.helpers import tvm_children_without_torch
     from tests.unit.test_cache import matmul_mod
-    from workers.round.builder import WarmBuilder
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.database import StoreDatabase
+    from workers.metaschedule.builder import WarmBuilder
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.database import StoreDatabase
+    from workers.metaschedule.procs import for_rounds
+    from workers.metaschedule.runner import BoundedRPCRunner
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload
     from workers.round.loop import PARTS, Loop, OnPhones
-    from workers.round.procs import for_rounds
-    from workers.round.runner import BoundedRPCRunner
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     load_for("llvm")
     store = open_store("memory://")

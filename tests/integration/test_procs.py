@@ -1,4 +1,4 @@
-"""A round process's builds and measurements share TVM's helper processes (workers/round/procs.py):
+"""A round process's builds and measurements share TVM's helper processes (workers/metaschedule/procs.py):
 real `tvm.exec.popen_worker` processes, each call on an idle one, a deadline that kills only
 the process that overran, and the round's builder and runner wired to the same set."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.helpers import tvm_children_without_torch
-from workers.round.procs import Processes
+from workers.metaschedule.procs import Processes
 
 pytestmark = pytest.mark.integration
 

@@ -257,7 +257,7 @@ def test_export_parquet_with_features_gives_each_cached_matrix(tmp_path: Path):
 
     from farm.client.table import export_table
     from farm.core.errors import UsageError
-    from workers.round.samples import encode
+    from workers.metaschedule.samples import encode
 
     store = open_store("memory://")
     wk = seed_store(store, resolve_profile("cpu-local"), 16, [30.0, 10.0])

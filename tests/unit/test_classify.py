@@ -1,6 +1,6 @@
 import pytest
 
-from workers.round.runner import classify_run_error
+from workers.metaschedule.runner import classify_run_error
 
 
 @pytest.mark.parametrize("msg,cls", [
@@ -28,8 +28,8 @@ def test_a_candidate_that_keeps_losing_phones_is_stored_as_the_culprit():
     from farm.store import open_store
     from farm.store.store import CULPRIT_AFTER
     from tests.unit.test_cache import matmul_mod
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.search import TunedWorkload
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.search import TunedWorkload
 
     store = open_store("memory://")
     mod = matmul_mod(16)

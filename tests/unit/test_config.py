@@ -181,7 +181,7 @@ def test_search_population_is_a_setting_that_reaches_the_search():
     assert load_config(env={"FARM_SEARCH_POPULATION": "64"}).search_population == 64
     with pytest.raises(UsageError, match="search_population must be >= 1"):
         load_config(env={"FARM_SEARCH_POPULATION": "0"})
-    from workers.round.search import evolutionary
+    from workers.metaschedule.search import evolutionary
 
     small = evolutionary(8)  # fewer schedules than MetaSchedule's init_min_unmeasured (50)
     assert small.population_size == 8 and small.init_min_unmeasured == 8
@@ -193,7 +193,7 @@ def test_search_iters_is_a_setting_that_reaches_the_search():
     assert load_config(env={"FARM_SEARCH_ITERS": "4"}).search_iters == 4
     with pytest.raises(UsageError, match="search_iters must be >= 1"):
         load_config(env={"FARM_SEARCH_ITERS": "0"})
-    from workers.round.search import evolutionary
+    from workers.metaschedule.search import evolutionary
 
     assert evolutionary(8, 3).genetic_num_iters == 3
     assert evolutionary(8).genetic_num_iters == load_config(env={}).search_iters

@@ -11,7 +11,7 @@ from farm.store.learned import model_key
 
 
 def test_features_survive_the_store_text_exactly():
-    from workers.round.samples import decode, encode
+    from workers.metaschedule.samples import decode, encode
 
     x = np.random.default_rng(1).random((3, 164)).astype(np.float32)
     assert np.array_equal(decode(encode(x)), x)
@@ -19,7 +19,7 @@ def test_features_survive_the_store_text_exactly():
 
 
 def test_records_are_learned_best_first_with_failures_last_and_lost_phones_never():
-    from workers.round.samples import cost_of, learnable
+    from workers.metaschedule.samples import cost_of, learnable
 
     recs = [StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, error_class=err)
             for c, us, err in [("a", 5.0, None), ("b", None, "build"), ("c", 2.0, None),
@@ -29,7 +29,7 @@ def test_records_are_learned_best_first_with_failures_last_and_lost_phones_never
 
 
 def test_the_model_is_stale_when_its_key_grew_by_a_quarter():
-    from workers.round import costmodel
+    from workers.metaschedule import costmodel
 
     store = open_store("memory://")
     target = {"kind": "llvm"}
@@ -67,7 +67,7 @@ def test_imported_and_other_version_records_neither_train_nor_become_best():
     from tvm import __version__ as here
 
     from farm.jobs.finalize import trusted_best
-    from workers.round.samples import learnable
+    from workers.metaschedule.samples import learnable
 
     def rec(c: str, us: float, **kw) -> StoredRecord:
         return StoredRecord(workload_key="w", candidate=c, record=[], run_us=us, job_id="j", **kw)
@@ -88,7 +88,7 @@ def test_a_sample_the_host_cannot_read_whole_is_not_looked_for_again(monkeypatch
     training."""
     from farm.core.messages import TuneTask
     from farm.store import StoredRecord, open_store
-    from workers.round import samples
+    from workers.metaschedule import samples
 
     store = open_store("memory://", hot_records=2, features=str(tmp_path / "f.sqlite"))
     store.put_workload(TuneTask(name="t", workload_key="w", weight=1, mod_json="{}",

@@ -13,7 +13,7 @@ Traceback (most recent call last):
   File "/site-packages/tvm/s_tir/meta_schedule/runner/rpc_runner.py", line 389, in _worker_func
     rt_mod: Module = f_upload_module(session, local_path, remote_path)
                      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "/work/workers/round/phonelog.py", line 104, in upload_module
+  File "/work/workers/metaschedule/phonelog.py", line 104, in upload_module
     return default_upload_module(session, local_path, remote_path)
 tvm.error.RPCError: Error caught from RPC call:
   File "/workspace/tvm/src/runtime/rpc/rpc_endpoint.cc", line 410

@@ -75,7 +75,7 @@ def test_a_round_classifies_workloads_stored_before_families_were_kept():
     from farm.store import open_store
     from farm.tir.family import family
     from tests.integration.test_costmodel import matmul
-    from workers.round.transfer import families_of
+    from workers.metaschedule.transfer import families_of
 
     store = open_store("memory://")
     target = {"kind": "llvm"}
@@ -96,7 +96,7 @@ def test_the_name_says_nothing(name):
 
     from farm.tir.family import family
     from tests.integration.test_costmodel import matmul
-    from workers.round.transfer import task_family
+    from workers.metaschedule.transfer import task_family
 
     a = TuneTask(name=name, workload_key="a", weight=1, target={"kind": "llvm"}, device_key="k",
                  mod_json=tvm.ir.save_json(conv(8, 8, 3, depthwise=True)))

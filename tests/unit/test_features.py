@@ -1,4 +1,4 @@
-"""A round's cost-model features computed once per schedule (workers/round/features.py): the
+"""A round's cost-model features computed once per schedule (workers/metaschedule/features.py): the
 same features as MetaSchedule's own extractor, a schedule seen again not lowered again."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_each_schedule_is_featurized_once_and_like_metaschedules_own():
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    from workers.round.features import CachedFeatures
+    from workers.metaschedule.features import CachedFeatures
 
     mod, cands = candidates()
     context = ms.TuneContext(mod=mod, target=tvm.target.Target("llvm"), num_threads=1)
@@ -54,7 +54,7 @@ def test_xgboost_model_learns_and_predicts_through_the_cache():
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.features import CachedFeatures
+    from workers.metaschedule.features import CachedFeatures
 
     mod, cands = candidates()
     context = ms.TuneContext(mod=mod, target=tvm.target.Target("llvm"), num_threads=1)

@@ -1,5 +1,5 @@
 """The key's cost model ranks a family's new workloads only where its held-out check earned it
-(workers/round/heldout.py): trained on half of a key's workloads, it must rank the other half
+(workers/metaschedule/heldout.py): trained on half of a key's workloads, it must rank the other half
 better than random, per operator family. Synthetic features with a known law, so the verdict
 is known: one family whose law holds in every workload, one whose two halves disagree."""
 
@@ -11,7 +11,7 @@ import pytest
 from farm.core.messages import TuneTask
 from farm.store import StoredRecord, open_store
 from farm.store.learned import model_key
-from workers.round.samples import encode
+from workers.metaschedule.samples import encode
 
 TARGET = {"kind": "llvm"}
 KEY = "k"
@@ -21,7 +21,7 @@ RECORDS = 40
 def names_in_both_halves(per_half: int) -> dict[str, list[str]]:
     """Workload names of two families, `per_half` of each in each half of the key's
     workloads (the halves the key's model splits them into)."""
-    from workers.round.heldout import folds
+    from workers.metaschedule.heldout import folds
 
     i = 0
     while True:
@@ -60,7 +60,7 @@ def steady(_wk, x):  # every workload: slower as feature 0 grows
 
 
 def split(wk, x):  # one half: slower as feature 1 grows; the other: faster
-    from workers.round.heldout import folds
+    from workers.metaschedule.heldout import folds
 
     s = x[:, 1].sum()
     return 10.0 + 30.0 * (s if folds(NAMES["steady"] + NAMES["split"])[wk] == 0 else 2.0 - s)
@@ -68,7 +68,7 @@ def split(wk, x):  # one half: slower as feature 1 grows; the other: faster
 
 @pytest.fixture(scope="module")
 def trained():
-    from workers.round import costmodel
+    from workers.metaschedule import costmodel
 
     store = open_store("memory://")
     fill(store, "steady", steady)
@@ -79,7 +79,7 @@ def trained():
 
 
 def test_a_family_whose_law_holds_is_ranked_and_one_whose_halves_disagree_is_not(trained):
-    from workers.round.heldout import MIN_HELDOUT_RHO
+    from workers.metaschedule.heldout import MIN_HELDOUT_RHO
 
     _, model = trained
     rho, n = model.heldout["steady"]
@@ -104,7 +104,7 @@ def test_a_round_ranks_with_the_key_model_only_for_a_family_it_earned(trained):
     from tvm.s_tir.meta_schedule.database import Workload
 
     from tests.unit.test_cache import matmul_mod
-    from workers.round import costmodel
+    from workers.metaschedule import costmodel
 
     store, _ = trained
     mod = matmul_mod(16)

@@ -1,5 +1,5 @@
-"""A lent round on the phone host's side (workers/round/lent.py `lend`) on a real Redis, with
-a scripted helper (claims the session, beats, pushes batches as workers/round/helper.py does)
+"""A lent round on the phone host's side (workers/round/lend/phone_side.py `lend`) on a real Redis, with
+a scripted helper (claims the session, beats, pushes batches as workers/round/lend/helper_side.py does)
 and phones that count what they are sent: who built a batch and whether it is measured, the
 deadline per batch, the workload's lease while the round waits for its helper."""
 
@@ -76,7 +76,7 @@ class App:
         self.threads.append(t)
 
     def _helper(self, payload):
-        from workers.round.helper import beating, pack
+        from workers.round.lend.helper_side import beating, pack
 
         s, sc = SearchSessions(self.url), self.script
         sid = payload["session"]
@@ -123,7 +123,7 @@ def lab(clean_redis):
 
     from farm.core.profiles import resolve_profile
     from farm.pipeline.extract import workload_key
-    from workers.round.search import TunedWorkload
+    from workers.metaschedule.search import TunedWorkload
 
     store = open_store(clean_redis)
     profile = resolve_profile("cpu-local")
@@ -147,9 +147,9 @@ def run_lent(lab: Lab, script: Script, deadline_s: float = 180, wait_s: float = 
              app_type: type[App] = App):
     """The phone host lends a round to the scripted helper: (how it went or None when it did
     not return within `wait_s`, the phones)."""
-    from workers.round import lent as phone_side
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
     from workers.round.context import WorkerContext
+    from workers.round.lend import phone_side as phone_side
     from workers.round.rounds import Round
 
     config = load_config(env={"FARM_BROKER_URL": lab.url, "FARM_HOST_TTL_S": "9",
@@ -230,9 +230,9 @@ def test_a_helper_of_another_tvm_builds_nothing_for_the_round(lab, monkeypatch):
     once, before any search, rather than have every batch refused."""
     import tvm
 
-    from workers.round import helper as helper_side
-    from workers.round import lent as phone_side
     from workers.round.context import WorkerContext
+    from workers.round.lend import helper_side as helper_side
+    from workers.round.lend import phone_side as phone_side
 
     served: list = []
 
@@ -250,7 +250,7 @@ def test_a_helper_of_another_tvm_builds_nothing_for_the_round(lab, monkeypatch):
 
 
 def test_a_build_identity_crosses_the_wire_and_compares():
-    from workers.round.identity import BuildIdentity
+    from workers.metaschedule.identity import BuildIdentity
 
     mine = BuildIdentity("farm@phones", "0.27.0", "22", "g++ 12")
     theirs = BuildIdentity.from_json(identity(tvm="0.27.0"))

@@ -1,4 +1,4 @@
-"""Which phone measured what: the runner's session log (workers/round/phonelog.py) read back as
+"""Which phone measured what: the runner's session log (workers/metaschedule/phonelog.py) read back as
 spans, and a job's per-phone table (farm/store/phones.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from farm.store.phones import PhoneSpan, job_phones, tuning_wall
-from workers.round.phonelog import PhoneLog
+from workers.metaschedule.phonelog import PhoneLog
 
 
 def write(path, *entries):

@@ -60,7 +60,7 @@ def test_cost_model_is_trained_on_stored_records(tmp_path):
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from workers.round.costmodel import pretrained_cost_model
+    from workers.metaschedule.costmodel import pretrained_cost_model
 
     # 32 whole records stay in the store, the rest is in the archive: it learns from all
     store = open_store("memory://", hot_records=32, archive=str(tmp_path / "archive"))
@@ -84,7 +84,7 @@ def test_cost_model_is_trained_on_stored_records(tmp_path):
 def test_no_records_gives_an_untrained_model():
     from tvm.s_tir.meta_schedule.database import Workload
 
-    from workers.round.costmodel import pretrained_cost_model
+    from workers.metaschedule.costmodel import pretrained_cost_model
 
     store = open_store("memory://")
     mod = matmul_mod(16)

@@ -38,7 +38,7 @@ class CountingInner:
     """TVM's EvolutionarySearch, counting what it is asked."""
 
     def __init__(self, spy=None):
-        from workers.round.search import evolutionary
+        from workers.metaschedule.search import evolutionary
 
         # the farm's search, small: these tests check the loop around it, not its finds
         self.real = evolutionary(population=64, iters=1)
@@ -94,11 +94,11 @@ def tune(store, wk, mod, target, trials, job, cold=False, inner=None, ahead=True
     """A round's loop (workers/round/loop.py) on this CPU: the search `ahead` or not."""
     from tvm.s_tir import meta_schedule as ms
 
-    from workers.round.builder import WarmBuilder
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.database import StoreDatabase
+    from workers.metaschedule.builder import WarmBuilder
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.database import StoreDatabase
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload
     from workers.round.loop import Loop, OnPhones
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     database = StoreDatabase(store, wk, mod)
     tuned = TunedWorkload(wk, database.workload, target)
@@ -199,7 +199,7 @@ def first_one_stored(count):
     from tvm.s_tir.meta_schedule.database import Workload
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.round.search import record_of
+    from workers.metaschedule.search import record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -217,7 +217,7 @@ def test_the_search_never_hands_out_a_stored_candidate():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.round.search import (
+    from workers.metaschedule.search import (
         MAX_KNOWN_BATCHES,
         StoreAwareSearch,
         TunedWorkload,
@@ -264,7 +264,7 @@ def test_a_candidate_twice_in_one_batch_is_measured_once():
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.round.search import StoreAwareSearch, TunedWorkload, record_of
+    from workers.metaschedule.search import StoreAwareSearch, TunedWorkload, record_of
 
     store = open_store("memory://")
     mod = matmul_mod(32)
@@ -286,7 +286,7 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
     and a `stop` hook (workers/round/handoff.py) is asked before every batch after the first."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload
 
     store, workload, target, c = first_one_stored(6)
     inner = FakeInner([[c[0], c[1], c[2]], [c[3], c[4], c[5]], [c[5]]])
@@ -313,14 +313,14 @@ def test_a_round_measures_the_new_candidates_it_was_asked_for_and_stops_when_tol
 
 
 def test_seeds_are_measured_first_once_and_not_told_to_the_search():
-    """A new workload's relatives' schedules (workers/round/transfer.py) are the round's first batch:
+    """A new workload's relatives' schedules (workers/metaschedule/transfer.py) are the round's first batch:
     those the store does not hold, each once, counted as new candidates of the round; the
     search is not told of them (it did not propose them: the store's best is where it starts),
     and the random first batch of a cold workload is dropped for them."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from farm.store import candidate_hash
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
 
     store, workload, target, c = first_one_stored(4)
     asked = []
@@ -348,7 +348,7 @@ def test_a_seeded_first_batch_is_led_by_the_default_schedule():
     with relatives is all seeds: without it the task's best could be slower than untuned)."""
     from farm.store import candidate_hash
     from farm.store.candidates import DEFAULT_SCHEDULE
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
 
     store, workload, target, c = first_one_stored(4)
     search = StoreAwareSearch(store, TunedWorkload("wk", workload, target), SearchPlan(
@@ -369,7 +369,7 @@ def test_the_default_schedule_is_measured_with_the_first_batch_once_per_workload
 
     from farm.store import StoredRecord, candidate_hash
     from farm.store.candidates import DEFAULT_SCHEDULE
-    from workers.round.search import (
+    from workers.metaschedule.search import (
         SearchPlan,
         StoreAwareSearch,
         TunedWorkload,
@@ -412,8 +412,8 @@ def test_a_stored_record_the_evolutionary_search_cannot_mutate_is_not_a_starting
     from tvm.s_tir.meta_schedule import TuneContext
 
     from farm.store import StoredRecord, candidate_hash
-    from workers.round.database import StoreDatabase
-    from workers.round.search import record_of
+    from workers.metaschedule.database import StoreDatabase
+    from workers.metaschedule.search import record_of
 
     store, workload, target, c = first_one_stored(2)
     context = TuneContext(mod=workload.mod, target=tvm.target.Target(
@@ -433,7 +433,7 @@ def test_a_stored_record_the_evolutionary_search_cannot_mutate_is_not_a_starting
 
 
 def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_sample():
-    """A new workload the key's model ranks (SearchPlan.sample, workers/round/firstbatch.py):
+    """A new workload the key's model ranks (SearchPlan.sample, workers/metaschedule/firstbatch.py):
     its first batch is the best the model predicts of `sample` random schedules, one picked
     at random from the rest; the evolutionary search makes the batches after it."""
     import numpy as np
@@ -444,11 +444,11 @@ def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_samp
 
     from farm.core.messages import TuneTask
     from farm.store import candidate_hash
-    from workers.round.builder import WarmBuilder
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.database import StoreDatabase
+    from workers.metaschedule.builder import WarmBuilder
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.database import StoreDatabase
+    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
     from workers.round.loop import Loop, OnPhones
-    from workers.round.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
 
     store, mod = open_store("memory://"), matmul_mod(32)
     target = tvm.target.Target({"kind": "llvm", "num-cores": 1})

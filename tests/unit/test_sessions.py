@@ -1,5 +1,5 @@
-"""A round's search lent to a helper (farm/store/sessions.py, workers/round/helper.py and
-lent.py): the session's contract on a real Redis, the wire format, and when a phone host
+"""A round's search lent to a helper (farm/store/sessions.py, workers/round/lend/helper_side.py and
+phone_side.py): the session's contract on a real Redis, the wire format, and when a phone host
 lends its search."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def test_a_batch_and_its_results_cross_the_wire_intact(tmp_path):
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.helper import batch_blob, results_blob, runner_results, unpack
-    from workers.round.identity import BuildIdentity
+    from workers.metaschedule.identity import BuildIdentity
+    from workers.round.lend.helper_side import batch_blob, results_blob, runner_results, unpack
 
     lib = tmp_path / "build" / "tmp.so"
     lib.parent.mkdir()
@@ -151,7 +151,7 @@ class Profile:
 ])
 def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper, phones, lends):
     from farm.jobs.dispatch import SEARCH_QUEUE
-    from workers.round import lent as phone_side
+    from workers.round.lend import phone_side as phone_side
 
     monkeypatch.setattr(phone_side, "usable_cores", lambda: 2)
     store = Hosts([Beat("farm@phones", ["tune.k"])]
@@ -164,7 +164,7 @@ def test_when_a_phone_host_lends_its_search(monkeypatch, mode, host_cpu, helper,
 def test_a_lending_host_runs_a_round_more_per_helper_session_it_holds_or_is_free(
         monkeypatch, clean_redis, sessions):
     from farm.jobs.dispatch import SEARCH_QUEUE
-    from workers.round import lent as phone_side
+    from workers.round.lend import phone_side as phone_side
 
     monkeypatch.setattr(phone_side, "usable_cores", lambda: 1)
     store = Hosts([Beat("farm@phones", ["tune.k"]), Beat("farm@h1", [SEARCH_QUEUE], 2),

@@ -169,7 +169,7 @@ def test_features_are_kept_as_float16_and_read_back_as_the_cost_model_wrote_them
     import numpy as np
 
     from farm.store.packing import pack_features, unpack_features
-    from workers.round.samples import decode, encode
+    from workers.metaschedule.samples import decode, encode
 
     rng = np.random.default_rng(1)
     x = np.log2(1 + rng.exponential(1000, size=(3, 164))).astype(np.float32)
@@ -190,7 +190,7 @@ def test_a_workers_features_stay_on_its_disk_not_in_redis(clean_redis, tmp_path)
 
     from farm.core.messages import TuneTask
     from farm.store.features import LocalFeatures
-    from workers.round.samples import decode, encode
+    from workers.metaschedule.samples import decode, encode
 
     x = np.ones((2, 164), dtype=np.float32)
     store = open_store(clean_redis, features=str(tmp_path / "f.sqlite"))
@@ -218,7 +218,7 @@ def test_a_cost_models_samples_are_chosen_by_entry_and_only_they_are_read_whole(
     from farm.core.messages import TuneTask
     from farm.store import cold as cold_module
     from farm.store.cold import wholes
-    from workers.round.samples import learnable
+    from workers.metaschedule.samples import learnable
 
     cold.put_workload(TuneTask(name="t", workload_key="wk", weight=1, mod_json="{}",
                                target={}, device_key="k"))

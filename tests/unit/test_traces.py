@@ -52,7 +52,7 @@ def test_a_worker_never_builds_a_stored_record_that_links_native_code():
     from tvm.s_tir.meta_schedule.database import Workload
 
     from farm.jobs import finalize
-    from workers.round.database import StoreDatabase, tuning_record
+    from workers.metaschedule.database import StoreDatabase, tuning_record
 
     profile = resolve_profile("cpu-local")
     store = open_store("memory://")
@@ -188,7 +188,7 @@ def test_a_stored_evil_index_map_is_refused_at_every_use(tmp_path: Path):
 
     from farm.jobs import finalize
     from farm.tir.module import tuning_record as tir_record
-    from workers.round.database import StoreDatabase
+    from workers.metaschedule.database import StoreDatabase
 
     profile = resolve_profile("cpu-local")
     log = layout_log(tmp_path, profile, evil_map, injective=True)

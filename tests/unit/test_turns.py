@@ -1,4 +1,4 @@
-"""workers/round/turns.py: a batch waits for older batches of its key on the host, but not for one
+"""workers/metaschedule/turns.py: a batch waits for older batches of its key on the host, but not for one
 whose process is gone or that hangs (the integration test with a real tracker and phones is
 in tests/integration/test_phones.py)."""
 
@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from workers.round.turns import Turns, settle
+from workers.metaschedule.turns import Turns, settle
 
 
 def older_ticket(root: str, pid: int, left: int, age_s: float = 0.0) -> str:
@@ -55,7 +55,7 @@ def test_measurements_asked_from_many_processes_are_all_counted(tmp_path):
     """Each of 40 grants, from 4 processes at once, takes exactly one off the count."""
     turns = Turns("127.0.0.1:9190", "k", stale_s=5, root=str(tmp_path))
     ticket = turns.start(50)
-    code = ("import sys\nfrom workers.round.turns import settle\n"
+    code = ("import sys\nfrom workers.metaschedule.turns import settle\n"
             "for _ in range(10): settle(sys.argv[1])")
     procs = [subprocess.Popen([sys.executable, "-c", code, ticket]) for _ in range(4)]
     assert [p.wait(timeout=60) for p in procs] == [0] * 4

@@ -31,7 +31,7 @@ from workers.round.measure import LeaseBusy, StaleRound, run_round
 from workers.round.rounds import LEASE_TTL_S
 
 if TYPE_CHECKING:
-    from workers.round.callback import RoundCounters
+    from workers.metaschedule.callback import RoundCounters
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def build_app(config: FarmConfig, tracker: str, node: str,
         return tune_round(process, self, payload)
 
     def search_task(payload: JsonDict) -> JsonDict:
-        from workers.round.helper import serve_session
+        from workers.round.lend.helper_side import serve_session
 
         ctx, store = process.context()
         return serve_session(ctx, store, payload)

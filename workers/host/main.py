@@ -112,7 +112,7 @@ def _stop(supervisor: Supervisor, beat: Heartbeat, store: RecordStore) -> None:
 def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = "INFO",
                pool: str = "prefork") -> int:
     """A helper host: no tracker, no phones; it takes the search and builds of rounds whose
-    phone hosts are short of cores (workers/round/helper.py). Rounds at once: its Celery
+    phone hosts are short of cores (workers/round/lend/helper_side.py). Rounds at once: its Celery
     concurrency (default: its cores, at least 2: a lent round waits while the phones measure)."""
     if not config.broker_url:
         raise ServiceError("no broker configured", subject="farm worker --helper",

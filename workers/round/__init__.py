@@ -1,5 +1,6 @@
-"""One measuring round of one workload on a worker host: the search (`search`, `costmodel`,
-`transfer`), building (`builder`, `procs`), rounds at once and hand-off to idle hosts (`gate`,
-`handoff`), measuring on the phones (`runner`, `turns`,
-`phonelog`), committing to the store (`callback`, `database`), the round itself
-(`measure`), and re-measuring stored bests for `farm cache verify` (`verify`)."""
+"""One measuring round of one workload on a worker host, built from MetaSchedule's plug-ins
+(workers/metaschedule/): the round itself (`measure`, `rounds`), its batch loop (`loop`,
+`tuning`), what a worker process keeps warm (`context`), the CPU account (`account`), rounds
+at once and hand-off to idle hosts (`gate`, `handoff`), lending a round's search and builds
+to a helper host (`lend/`), and re-measuring stored bests for `farm cache verify`
+(`verify`)."""

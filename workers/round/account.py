@@ -2,7 +2,7 @@
 
 A round's CPU is its own process's (every thread: the search, the cost model, the store's
 client) and its calls in the helper processes it shares with the next rounds of its process
-(workers/round/procs.py: the builds, linker included, and the measuring client's session,
+(workers/metaschedule/procs.py: the builds, linker included, and the measuring client's session,
 upload and timing calls). The loop (workers/round/loop.py) splits what it spends into
 its parts; `setup` is the cost model and the search set up before it; `other` is the rest of
 the round (loading the workload, the reference kernel, a lent round's batches received and

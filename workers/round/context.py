@@ -19,10 +19,10 @@ from farm.devices import intrinsics
 
 if TYPE_CHECKING:  # the warm parts import TVM: each is imported when first made
     from farm.store.broker import BrokerQueues
-    from workers.round.builder import WarmBuilder
+    from workers.metaschedule.builder import WarmBuilder
+    from workers.metaschedule.procs import Processes
+    from workers.metaschedule.runner import BoundedRPCRunner
     from workers.round.gate import Gate
-    from workers.round.procs import Processes
-    from workers.round.runner import BoundedRPCRunner
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class WorkerContext:
     host: str = field(default_factory=socket.gethostname)
     _builders: dict[str, WarmBuilder] = field(default_factory=dict)
     _runners: dict[tuple[str, int], BoundedRPCRunner] = field(default_factory=dict)
-    _processes: Processes | None = None  # workers/round/procs.py
+    _processes: Processes | None = None  # workers/metaschedule/procs.py
     _broker: BrokerQueues | None = None  # the broker's queues, made on first use
     gate: Gate | None = None  # workers/round/gate.py: rounds at once follow the measured speeds
     rounds_at_once: int = 0  # what the gate decided last (logged when it changes)
@@ -65,7 +65,7 @@ class WorkerContext:
 
     def processes(self) -> Processes:
         """TVM's helper processes, shared by this process's builders and runners."""
-        from workers.round.procs import for_rounds
+        from workers.metaschedule.procs import for_rounds
 
         self._processes = self._processes or for_rounds(self.config.builder_max_uses)
         return self._processes
@@ -75,7 +75,7 @@ class WorkerContext:
         here (a phone holds TVM's runtime only), by this machine's compiler (`local`) or by
         the profile's (`cross`, e.g. the NDK's)."""
         from farm.devices.cross import export_shared, linker
-        from workers.round.builder import WarmBuilder
+        from workers.metaschedule.builder import WarmBuilder
 
         cc = linker(profile)
         slot = f"{profile.export}:{cc or ''}"
@@ -89,8 +89,8 @@ class WorkerContext:
     def runner(self, profile: DeviceProfile, phones: int) -> BoundedRPCRunner:
         slot = (profile.key, max(1, phones))
         if slot not in self._runners:
-            from workers.round.phonelog import LostPolicy
-            from workers.round.runner import BoundedRPCRunner
+            from workers.metaschedule.phonelog import LostPolicy
+            from workers.metaschedule.runner import BoundedRPCRunner
 
             c = self.config
             self._runners[slot] = BoundedRPCRunner(

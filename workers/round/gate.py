@@ -12,7 +12,7 @@ the host work and the host idle while the phones measure. Measured per key:
   since the worker started, kept in the gate's directory).
 
 A round is H then M (the phones serve a key's batches one after the other, oldest first:
-workers/round/turns.py). Whichever is longer is the bottleneck, and two rounds in flight keep it
+workers/metaschedule/turns.py). Whichever is longer is the bottleneck, and two rounds in flight keep it
 busy all the time: while one round is on the bottleneck, the other does its shorter part and
 is ready when the bottleneck frees. More rounds add nothing but contention (bench/scaling.md,
 2026-12-02: 1 + ceil(H / M) rounds on a host-bound 2-core host with 8 phones ran 5 at once and
@@ -22,7 +22,7 @@ measure faster than the host builds (M < H) share its cores with the search, and
 the bottleneck anyway, so their rounds run one at a time. Before anything is measured: one
 for such phones, two otherwise.
 
-A host that lends its rounds' search to helper hosts (workers/round/lent.py) runs more:
+A host that lends its rounds' search to helper hosts (workers/round/lend/phone_side.py) runs more:
 its own two, and one more per helper session it holds or a helper has free (the helpers'
 cores search those; this host only measures them), LEND_ROUNDS more at most.
 

@@ -11,7 +11,7 @@ MetaSchedule's UpdateCostModel does) and its build artifacts removed.
 
 What that costs: the search of batch k+1 has not seen batch k's results (its cost model is a
 batch older; MetaSchedule's evolutionary search keeps its own picks apart, so it proposes
-nothing twice, and workers/round/inflight.py measures a candidate two batches both hold once).
+nothing twice, and workers/metaschedule/inflight.py measures a candidate two batches both hold once).
 `ahead=False` is the old order, tune_tir's.
 """
 
@@ -94,7 +94,7 @@ class OnPhones:
 
 def helper_cpu_s(part: object) -> float:
     """CPU seconds a builder's or runner's calls took in their helper processes so far (one of
-    the farm's: workers/round/procs.py; 0 for another)."""
+    the farm's: workers/metaschedule/procs.py; 0 for another)."""
     return float(getattr(getattr(part, "pool", None), "cpu_s", 0.0))
 
 
@@ -238,7 +238,7 @@ class Searcher:
         ctx = ms.TuneContext(mod=self.mod, target=self.target, space_generator="post-order-apply",
                              search_strategy=self.search, task_name=self.name, rand_state=seed,
                              num_threads=self.threads, logger=TVM_LOG)
-        from workers.round.features import CachedFeatures
+        from workers.metaschedule.features import CachedFeatures
 
         model = cost_model if cost_model is not None else ms.CostModel.create(
             "xgb", num_tuning_cores=self.threads, tree_method="auto", extractor=CachedFeatures())

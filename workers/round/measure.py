@@ -32,10 +32,10 @@ from workers.round.rounds import LEASE_TTL_S, Round
 from workers.round.tuning import Where, Workload, search_round
 
 if TYPE_CHECKING:
-    from workers.round.callback import RoundCounters, StoreCallback
-    from workers.round.lent import Lent
-    from workers.round.runner import BoundedRPCRunner
-    from workers.round.search import RoundFacts
+    from workers.metaschedule.callback import RoundCounters, StoreCallback
+    from workers.metaschedule.runner import BoundedRPCRunner
+    from workers.metaschedule.search import RoundFacts
+    from workers.round.lend.phone_side import Lent
 
 log = logging.getLogger(__name__)
 ENDED = ("cancelled", "finalized", "failed")
@@ -154,7 +154,7 @@ def _slot(ctx: WorkerContext, store: RecordStore,
     if gate is None:
         return contextlib.nullcontext()
     from workers.round.gate import phone_speed, rounds_at_once
-    from workers.round.lent import lend_rounds
+    from workers.round.lend.phone_side import lend_rounds
 
     def open_slots() -> int:
         try:
@@ -215,9 +215,9 @@ class Tuning:
 
 
 def _tune(rnd: Round) -> RoundResult:
-    from workers.round.callback import Provenance, RoundCounters, StoreCallback
-    from workers.round.identity import this_host
-    from workers.round.search import RoundFacts
+    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+    from workers.metaschedule.identity import this_host
+    from workers.metaschedule.search import RoundFacts
 
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
     profile = ctx.profile(req.device_key)
@@ -263,9 +263,9 @@ def _tune(rnd: Round) -> RoundResult:
 
 
 def _lent(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
-    """The round's search and builds lent to a helper host (workers/round/lent.py), when
+    """The round's search and builds lent to a helper host (workers/round/lend/phone_side.py), when
     this host is short of cores and a helper has room; None: not lent."""
-    from workers.round.lent import Helpers, LentRound, lend, wanted
+    from workers.round.lend.phone_side import Helpers, LentRound, lend, wanted
     from workers.round.loop import device_type
 
     alive = Helpers.read(rnd.store)

@@ -1,5 +1,5 @@
 """A round as every part of it sees it: what it knows from its start to its result, and the
-lease it holds on its workload (workers/round/measure.py runs it, lent.py lends its search)."""
+lease it holds on its workload (workers/round/measure.py runs it, lend/phone_side.py lends its search)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from farm.store import RecordStore, TaskState
 from workers.round.context import WorkerContext
 
 if TYPE_CHECKING:
-    from workers.round.callback import RoundCounters
+    from workers.metaschedule.callback import RoundCounters
 
 LEASE_TTL_S = 300.0  # a workload's lease; renewed by every measured batch of the round (and
-# while a lent round waits for its helper's batches: workers/round/lent.py)
+# while a lent round waits for its helper's batches: workers/round/lend/phone_side.py)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """A round's search, the same wherever it runs: on the phone host (workers/round/measure.py)
-or on a helper host that searches for it (workers/round/helper.py). Only where a batch is
+or on a helper host that searches for it (workers/round/lend/helper_side.py). Only where a batch is
 measured (`Measure`), what the store is told of it, and the hand-off check differ."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from workers.round.context import WorkerContext
 from workers.round.loop import BATCH
 
 if TYPE_CHECKING:
-    from workers.round.database import StoreDatabase
+    from workers.metaschedule.database import StoreDatabase
+    from workers.metaschedule.search import RoundFacts, TunedWorkload
     from workers.round.loop import Measure, OnResults
-    from workers.round.search import RoundFacts, TunedWorkload
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,8 @@ class Workload:
 
         from farm.devices import intrinsics
         from farm.tir.module import load_mod
-        from workers.round.database import StoreDatabase
-        from workers.round.search import TunedWorkload
+        from workers.metaschedule.database import StoreDatabase
+        from workers.metaschedule.search import TunedWorkload
 
         mod = load_mod(task)
         intrinsics.load_for(str(task.target.get("kind", "llvm")))  # CUDA, Hexagon: theirs too
@@ -71,9 +71,9 @@ def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task
     the round knew when it began, its search's counts (skipped, fresh, seeded, ...) and the
     CPU seconds of each part of it here (`setup`: the cost model and search set up, then
     pipeline.PARTS)."""
-    from workers.round.costmodel import RankedModel, round_model
+    from workers.metaschedule.costmodel import RankedModel, round_model
+    from workers.metaschedule.search import RoundFacts, round_search
     from workers.round.loop import Searcher
-    from workers.round.search import RoundFacts, round_search
 
     t0, c0 = time.monotonic(), time.process_time()
     profile = ctx.profile(req.device_key)

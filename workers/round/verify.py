@@ -19,9 +19,9 @@ from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore, StoredRecord
 from farm.tir.module import load_mod
+from workers.metaschedule.database import tuning_record
+from workers.metaschedule.runner import classify_run_error
 from workers.round.context import WorkerContext
-from workers.round.database import tuning_record
-from workers.round.runner import classify_run_error
 
 log = logging.getLogger(__name__)
 DRIFT_WARN = 0.2  # a best that measures 20 % away from its stored time is flagged

@@ -3,7 +3,7 @@
 TVM's LocalBuilder starts a fresh process pool on every `build` call (each new
 process imports TVM again: ~20 s per call on 2 cores, whether it builds 1
 candidate or 16). This builder keeps its processes (shared with the round's runner:
-workers/round/procs.py) and recycles each after `max_uses` calls, which bounds the
+workers/metaschedule/procs.py) and recycles each after `max_uses` calls, which bounds the
 memory leak that made LocalBuilder start fresh pools.
 
 Its processes also skip what LocalBuilder's default build imports first: every
@@ -23,7 +23,7 @@ from tvm.support.popen_pool import StatusKind
 
 from farm.core.aliases import IRModule, RuntimeModule, Target
 from farm.devices.tvmapi import build_and_export, serialize_params
-from workers.round.procs import Processes, warm_build_process
+from workers.metaschedule.procs import Processes, warm_build_process
 
 
 def build_candidate(mod: IRModule, target: Target, _params: object) -> RuntimeModule:
@@ -41,7 +41,7 @@ class WarmBuilder(PyBuilder):
                  f_export: Callable[[RuntimeModule], str] | None = None,
                  processes: Processes | None = None) -> None:
         """Builds `max_workers` candidates at once, on `processes` (shared with the round's
-        runner: workers/round/procs.py) or on processes of its own."""
+        runner: workers/metaschedule/procs.py) or on processes of its own."""
         super().__init__()
         self.max_workers = max_workers
         self.timeout_s = timeout_s

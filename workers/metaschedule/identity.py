@@ -1,7 +1,7 @@
 """What built a batch of candidates: the host, its TVM and its compilers.
 
 A lent round's kernels are built on a helper host and measured on the phone host's phones
-(workers/round/helper.py, lent.py), so the two hosts' TVM and compilers can differ. Each
+(workers/round/lend/: helper_side.py, phone_side.py), so the two hosts' TVM and compilers can differ. Each
 batch a helper hands over says who built it (`BuildIdentity`); the phone host compares it
 with its own before it measures: a batch built by another TVM version is refused (not
 measured; the round searches on here), a batch built by other compilers (another LLVM, another

@@ -6,7 +6,7 @@ builds to a helper host (`farm worker --helper`) when one has room (`lend_search
 "always" whenever a helper is alive; "never"). The round stays this host's: its lease, fence,
 phones, records and result. It opens a search session (farm/store/sessions.py), sends the
 helper's task, and measures each built batch the helper pushes, committing the records as
-any round does, then pushes the results back (the helper: workers/round/helper.py).
+any round does, then pushes the results back (the helper: workers/round/lend/helper_side.py).
 
 A helper's records are checked as stored traces are (farm/core/traces.py) before they are
 measured; its kernels run on the phones (phones hold no secrets; a helper is a host of the
@@ -27,7 +27,7 @@ beat runs), or it fails, the round searches the rest of its trials here: what th
 batches measured is in the store, so nothing is measured twice. A batch of which the helper
 built nothing is the helper's fault (no compiler for the profile), not the kernels': it is not
 stored, and the round goes on here. So is a batch another TVM version built (each batch says
-who built it: workers/round/identity.py), refused before it reaches a phone; a batch other
+who built it: workers/metaschedule/identity.py), refused before it reaches a phone; a batch other
 compilers built is measured, its records stamped with the helper's identity. The workload's
 lease (workers/round/measure.py) is renewed while the round waits for the helper's batches.
 """
@@ -57,16 +57,16 @@ from farm.core.profiles import DeviceProfile
 from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
+from workers.metaschedule.identity import BuildIdentity, this_host
 from workers.round.context import WorkerContext
-from workers.round.helper import BEAT_S, beating, results_blob, session_ttl, unpack
-from workers.round.identity import BuildIdentity, this_host
+from workers.round.lend.helper_side import BEAT_S, beating, results_blob, session_ttl, unpack
 from workers.round.loop import OnPhones
 from workers.round.rounds import LEASE_TTL_S, Round
 
 if TYPE_CHECKING:
-    from workers.round.callback import StoreCallback
-    from workers.round.runner import BoundedRPCRunner
-    from workers.round.search import TunedWorkload
+    from workers.metaschedule.callback import StoreCallback
+    from workers.metaschedule.runner import BoundedRPCRunner
+    from workers.metaschedule.search import TunedWorkload
 
 log = logging.getLogger(__name__)
 CLAIM_S = 10.0  # how long a round waits for a helper to take its session

@@ -99,12 +99,12 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     connected to (the tracker hands it out again once it re-registers, ~6 s later); a phone
     that measured less than `cooldown_s` ago cools down first, connected (so no one else uses
     it), and the wait does not count as busy. The grant (or the failure to get one) settles
-    the measurement's turn in its batch (`ticket`: workers/round/turns.py). `threads`: the
+    the measurement's turn in its batch (`ticket`: workers/metaschedule/turns.py). `threads`: the
     session's thread count and affinity on the phone (a CPU profile's; farm/devices/evaluate.py).
     `heat`: the profile's thermometer, read when the phone's last reading is old enough."""
     from tvm.rpc import client
 
-    from workers.round.turns import settle
+    from workers.metaschedule.turns import settle
 
     aside = _aside(log_path)
     give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone

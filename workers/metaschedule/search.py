@@ -14,7 +14,7 @@ ReplayTrace): evolving random samples under random scores is random sampling too
 slower. One a borrowed model ranks gets the best ranked of a random sample (firstbatch.py).
 From the second batch on, the evolutionary search runs as usual, starting from the first
 batch's measurements. A cold workload seeded with its relatives' best schedules
-(workers/round/transfer.py) measures those instead: the search then starts from them.
+(workers/metaschedule/transfer.py) measures those instead: the search then starts from them.
 
 TVM's default schedule of the workload (its TIR as lowered: what an untuned build runs) is
 one candidate of the workload's first batch, once in the store's life (`baseline`): a random
@@ -52,10 +52,10 @@ from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.store import FAILED_RUN_SECS
 from farm.tir.module import record_json
-from workers.round.baseline import baseline_candidate
-from workers.round.database import tuning_record
-from workers.round.firstbatch import RankedSample
-from workers.round.inflight import InFlight, Proposed
+from workers.metaschedule.baseline import baseline_candidate
+from workers.metaschedule.database import tuning_record
+from workers.metaschedule.firstbatch import RankedSample
+from workers.metaschedule.inflight import InFlight, Proposed
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
@@ -377,11 +377,11 @@ def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts
                  origins: dict[str, str] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold
     workload's first batch at random, a new one's first its relatives' best schedules
-    (workers/round/transfer.py), imported records verified first; TVM's default schedule
+    (workers/metaschedule/transfer.py), imported records verified first; TVM's default schedule
     with the first batch (`baseline_candidate`)."""
     import tvm
 
-    from workers.round.transfer import seeds
+    from workers.metaschedule.transfer import seeds
 
     single = facts.single
     plan = SearchPlan(

@@ -35,10 +35,10 @@ from farm.devices.evaluate import WRONG, alloc_on_phone, checked_run_evaluator, 
 from farm.devices.thermometer import Thermometer, thermometer
 from farm.devices.tracker import parse_addr
 from farm.devices.tvmapi import rpc_runner_class
-from workers.round import phonelog
-from workers.round.phonelog import LostPolicy, PhoneLog
-from workers.round.procs import Executor, Processes
-from workers.round.turns import Turns
+from workers.metaschedule import phonelog
+from workers.metaschedule.phonelog import LostPolicy, PhoneLog
+from workers.metaschedule.procs import Executor, Processes
+from workers.metaschedule.turns import Turns
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RunnerFuture, RunnerInput
@@ -62,8 +62,8 @@ class BoundedRPCRunner(rpc_runner_class()):  # type: ignore[misc]
             cooldown_sec=profile.cooldown_s,
             max_workers=max_workers,
         )
-        self.pool.shutdown()  # measures on `processes` (the builder's too: workers/round/procs.py)
-        # older batches of the key on this host first (workers/round/turns.py)
+        self.pool.shutdown()  # measures on `processes` (the builder's too: workers/metaschedule/procs.py)
+        # older batches of the key on this host first (workers/metaschedule/turns.py)
         self.turns = Turns(tracker, profile.key, stale_s=2 * run_timeout_s + 10)
         self.pool: Executor = processes.view(max_workers, run_timeout_s)
         fd, path = tempfile.mkstemp(prefix="farm-phones-", suffix=".jsonl")

@@ -2,7 +2,7 @@
 
 A phone host short of cores lends the search and builds of a round to a helper host (`farm
 worker --helper`: cores, no phones) through a search session (farm/store/sessions.py;
-the phone host's side: workers/round/lent.py). The helper runs the round's own loop
+the phone host's side: workers/round/lend/phone_side.py). The helper runs the round's own loop
 (workers/round/loop.py) with the same store-aware search, cost model and builder a
 phone host would, a batch ahead of the phones; only where a batch is measured differs
 (`ToPhoneHost`): each built batch goes to the phone host, the candidates' records and their
@@ -10,7 +10,7 @@ built kernels inside, and the loop waits for its measurements to come back. The 
 commits the records; the helper commits nothing.
 
 On the wire (zlib-compressed JSON): a batch {"index", "builder" (who built it: its host, TVM
-and compilers, workers/round/identity.py), "items": [{"record", "lib" (base64 of the built
+and compilers, workers/metaschedule/identity.py), "items": [{"record", "lib" (base64 of the built
 kernel), "name"} or {"record", "error"}]}, the last item of the session {"end",
 "counts", "error", "ranked_by", "cpu"}; results {"index", "results": [{"secs": [...]} or {"error": msg}]}.
 """
@@ -37,9 +37,9 @@ from farm.core.errors import TuneError
 from farm.core.messages import RoundRequest
 from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
+from workers.metaschedule.identity import BuildIdentity, this_host
+from workers.metaschedule.search import TunedWorkload
 from workers.round.context import WorkerContext
-from workers.round.identity import BuildIdentity, this_host
-from workers.round.search import TunedWorkload
 
 log = logging.getLogger(__name__)
 BEAT_S = 2.0  # how often each side of a session beats

@@ -25,7 +25,7 @@ from farm.store import RecordStore, StoredRecord
 from farm.store.cold import wholes
 from farm.store.packing import feature_matrix
 from farm.store.store import FAILED_RUN_SECS, Entry
-from workers.round.database import tuning_record
+from workers.metaschedule.database import tuning_record
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `get_top_k` reads the records already in the store, so every round starts its
 search from the best candidates measured so far (by any host, any job).
-Records are committed by `StoreCallback` (workers/round/callback.py) the moment they
+Records are committed by `StoreCallback` (workers/metaschedule/callback.py) the moment they
 are measured, with their failure class, so this database does not write them.
 """
 

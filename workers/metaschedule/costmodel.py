@@ -42,10 +42,10 @@ from farm.devices.tvmapi import xgb_train
 from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
-from workers.round.database import tuning_record
-from workers.round.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
-from workers.round.samples import cost_of, decode, featurize_missing, learnable, pick
-from workers.round.transfer import families_of, relatives_in_store, task_family
+from workers.metaschedule.database import tuning_record
+from workers.metaschedule.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
+from workers.metaschedule.samples import cost_of, decode, featurize_missing, learnable, pick
+from workers.metaschedule.transfer import families_of, relatives_in_store, task_family
 
 if TYPE_CHECKING:
     import xgboost
@@ -310,7 +310,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.round.features import CachedFeatures
+    from workers.metaschedule.features import CachedFeatures
 
     model = XGBModel(num_tuning_cores=threads, extractor=CachedFeatures())
     candidates, results = [], []
@@ -341,7 +341,7 @@ def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: 
 
     The key's model ranks a workload that has not warmed up its own model only where it
     has earned it: the key holds other workloads of the workload's operator family
-    (workers/round/transfer.py) and, trained without them, it ranked them better than
+    (workers/metaschedule/transfer.py) and, trained without them, it ranked them better than
     random (`KeyModel.ranks`). Elsewhere the round ranks as a fresh farm would (its first
     batch at random), so a store of unrelated models costs a new one nothing: no training,
     no ranking by a model of other operators."""

@@ -1,7 +1,7 @@
 """A new workload's first candidates: the best schedules of its relatives, replayed on it.
 
 A workload the store has never measured starts blind: its first batch is random (or ranked
-by the key's cost model where its held-out check allows: workers/round/heldout.py). But the
+by the key's cost model where its held-out check allows: workers/metaschedule/heldout.py). But the
 store holds the best schedule of every workload of the same model key (device key + target),
 and a MetaSchedule schedule is a trace of primitives on named blocks and loops, not of one
 shape. A workload's relatives are the key's workloads of its operator family (the anchor
@@ -23,7 +23,7 @@ relatives is transfer alone: no search). The evolutionary search then starts fro
 store's best of the workload, which now includes them. (It failed seeded rounds before,
 "old_outputs.size() == new_outputs.size()": a seed's postprocessing was not marked with
 `enter_postproc`, so the search's mutations replayed the postprocessors' splits as schedule
-instructions; see `replay` and workers/round/database.py `replays`.) A store of unrelated
+instructions; see `replay` and workers/metaschedule/database.py `replays`.) A store of unrelated
 models gives a new workload no relative, and its round is a fresh farm's.
 """
 

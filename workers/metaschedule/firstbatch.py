@@ -1,6 +1,6 @@
 """The first batch of a round that a borrowed model ranks: a ranked random sample.
 
-A new workload whose relatives the key's cost model ranks well (workers/round/costmodel.py:
+A new workload whose relatives the key's cost model ranks well (workers/metaschedule/costmodel.py:
 `round_model`) has no measurement of its own yet. MetaSchedule's evolutionary search would
 make its first batch as it makes every batch: sample an initial population, evolve it for
 `search_iters` genetic iterations under the model, pick the best predicted. On a 3x3

@@ -1,6 +1,6 @@
 """The key's cost model checked on workloads it did not learn from, per operator family.
 
-The key's model (workers/round/costmodel.py) is two boosters, each trained on half of the
+The key's model (workers/metaschedule/costmodel.py) is two boosters, each trained on half of the
 key's workloads (the half fixed by the workload key). Each workload is ranked by the booster
 of the other half, as a new workload of its family would be: Spearman's rank correlation of
 the predicted scores with the measured speeds of its records (failures included, as the

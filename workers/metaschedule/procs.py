@@ -121,7 +121,7 @@ def for_rounds(max_uses: int) -> Processes:
 class Executor:
     """At most `width` calls at once on `processes`, each bounded by `timeout_s`. `before` and
     `after` (as they were when the call was submitted) run around the call, outside its
-    deadline: the runner's turn for its batch (workers/round/turns.py) waits in `before`, and
+    deadline: the runner's turn for its batch (workers/metaschedule/turns.py) waits in `before`, and
     `after` says the call is over, however it ended."""
 
     def __init__(self, processes: Processes, width: int, timeout_s: float | None) -> None:

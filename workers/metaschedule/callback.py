@@ -6,7 +6,7 @@ away (device_lost) is not stored at all, so it can be measured again, unless tha
 same candidate has lost a phone CULPRIT_AFTER times (over every round, host and job):
 then it is stored as the culprit, a failed kernel that is never measured again.
 
-A candidate measured on a phone found hot (workers/round/phonelog.py) is stored unverified,
+A candidate measured on a phone found hot (workers/metaschedule/phonelog.py) is stored unverified,
 as an imported record is: kept, never a best, measured again when proposed (or first, in a
 later round, where it claims to beat the best). So are the round's earlier measurements on
 that phone since its last cool reading (their records replaced by unverified ones).
@@ -26,15 +26,15 @@ from tvm import __version__ as TVM_VERSION
 from farm.core.failures import brief
 from farm.store import RecordStore, StoredRecord, candidate_hash
 from farm.store.store import CULPRIT_AFTER, valid_secs
-from workers.round.runner import BoundedRPCRunner, classify_run_error
-from workers.round.search import TunedWorkload
+from workers.metaschedule.runner import BoundedRPCRunner, classify_run_error
+from workers.metaschedule.search import TunedWorkload
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
-    from workers.round.identity import BuildIdentity
+    from workers.metaschedule.identity import BuildIdentity
 
 log = logging.getLogger(__name__)
 
