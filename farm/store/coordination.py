@@ -9,10 +9,11 @@ done only for its holder (or when nobody holds it) and releases the fence in the
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
+from typing import Protocol
 
 
-class Coordination(ABC):
+class Coordination(Protocol):
     """Who may do what, once (see the module docstring for the contract)."""
 
     @abstractmethod

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from farm.core.messages import _Message
 
@@ -73,7 +74,7 @@ def short_of_cores(h: HostBeat) -> list[str]:
     return out
 
 
-class HostRegistry(ABC):
+class HostRegistry(Protocol):
     """Live worker hosts. Contract: a heartbeat lives `ttl_s` unless published again; `hosts`
     lists the live ones by name, an unreadable one as a placeholder (tracker "?")."""
 

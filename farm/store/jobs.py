@@ -1,5 +1,5 @@
-"""The store's jobs: specs, each task's state, the job's status and final choice, and the
-counters of its phone measurements.
+"""The store's jobs, read (`JobReader`) and written (`JobWriter`): specs, each task's
+state, the job's status and final choice, and the counters of its phone measurements.
 
 Contract (tests/unit/test_store_*.py, every implementation):
 - A task state is written whole and read back as written (last writer wins); states of
@@ -16,8 +16,9 @@ Contract (tests/unit/test_store_*.py, every implementation):
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from farm.core.aliases import JsonDict
 from farm.core.errors import StoreError
@@ -73,11 +74,8 @@ def added(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: round(a.get(k, 0.0) + b.get(k, 0.0), 3) for k in sorted({*a, *b})}
 
 
-class JobStore(ABC):
-    """Jobs and the state of their tasks (see the module docstring for the contract)."""
-
-    @abstractmethod
-    def put_job(self, spec: JobSpec) -> None: ...
+class JobReader(Protocol):
+    """Jobs and the state of their tasks, read (see the module docstring for the contract)."""
 
     @abstractmethod
     def get_job(self, job_id: str) -> JobSpec | None: ...
@@ -97,9 +95,6 @@ class JobStore(ABC):
     def job_ids(self) -> list[str]: ...
 
     @abstractmethod
-    def set_task_state(self, job_id: str, wk: str, state: TaskState) -> None: ...
-
-    @abstractmethod
     def task_states(self, job_id: str) -> dict[str, TaskState]: ...
 
     @abstractmethod
@@ -107,20 +102,49 @@ class JobStore(ABC):
         """Records each workload got from this job (counted by the keep-best commit)."""
 
     @abstractmethod
-    def set_job_status(self, job_id: str, **fields: str) -> None: ...
+    def job_status(self, job_id: str) -> dict[str, str]: ...
 
     @abstractmethod
-    def job_status(self, job_id: str) -> dict[str, str]: ...
+    def final_picks(self, job_id: str) -> dict[str, str] | None:
+        """The job's final choice, or None when it has not been finalized."""
+
+    @abstractmethod
+    def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
+        """Workload key -> {counter: count} (every counter of COUNTERS, 0 when unset)."""
+
+    @abstractmethod
+    def active_jobs(self) -> list[str]:
+        """Jobs the supervisor looks after: dispatched, not yet finalized or cancelled."""
+
+    @abstractmethod
+    def job_named(self, name: str) -> str | None:
+        """The id of the job `name` was last given to, or None."""
+
+    def holds_name(self, holder: str | None, job_id: str) -> bool:
+        """Whether `holder` (a name's job) keeps the name from `job_id`: another job that
+        runs (not one that ended, nor one whose dispatch never finished)."""
+        return bool(holder) and holder != job_id and \
+            self.job_status(str(holder)).get("state") == "running"
+
+
+class JobWriter(Protocol):
+    """What moves jobs and their tasks on (see the module docstring for the contract): the
+    dispatch, a round's worker, a job's advance and finalize, the supervisor, a cancel."""
+
+    @abstractmethod
+    def put_job(self, spec: JobSpec) -> None: ...
+
+    @abstractmethod
+    def set_task_state(self, job_id: str, wk: str, state: TaskState) -> None: ...
+
+    @abstractmethod
+    def set_job_status(self, job_id: str, **fields: str) -> None: ...
 
     @abstractmethod
     def finalize_once(self, job_id: str, picks: dict[str, str]) -> tuple[dict[str, str], bool]:
         """Fix the job's final choice (workload key -> candidate hash) once: the first caller's
         `picks` are kept, later callers get them back. Returns (the choice, True for the first
         caller). This is the job's finalize."""
-
-    @abstractmethod
-    def final_picks(self, job_id: str) -> dict[str, str] | None:
-        """The job's final choice, or None when it has not been finalized."""
 
     @abstractmethod
     def reset_job(self, job_id: str) -> None:
@@ -134,30 +158,12 @@ class JobStore(ABC):
         measurements, new and duplicates itself; the worker adds device_lost and retries."""
 
     @abstractmethod
-    def job_counts(self, job_id: str) -> dict[str, dict[str, int]]:
-        """Workload key -> {counter: count} (every counter of COUNTERS, 0 when unset)."""
-
-    @abstractmethod
-    def active_jobs(self) -> list[str]:
-        """Jobs the supervisor looks after: dispatched, not yet finalized or cancelled."""
-
-    @abstractmethod
     def set_active(self, job_id: str, active: bool) -> None: ...
 
     @abstractmethod
     def claim_name(self, name: str, job_id: str) -> str | None:
         """Give `name` to `job_id` unless another job holds it and has not ended (its id is
         returned, and the name stays with it); None when the name is `job_id`'s now."""
-
-    @abstractmethod
-    def job_named(self, name: str) -> str | None:
-        """The id of the job `name` was last given to, or None."""
-
-    def holds_name(self, holder: str | None, job_id: str) -> bool:
-        """Whether `holder` (a name's job) keeps the name from `job_id`: another job that
-        runs (not one that ended, nor one whose dispatch never finished)."""
-        return bool(holder) and holder != job_id and \
-            self.job_status(str(holder)).get("state") == "running"
 
 
 def total_counts(counts: dict[str, dict[str, int]]) -> dict[str, int]:

@@ -20,7 +20,8 @@ Contract of every `LearnedStore` (tests/unit/test_store_*.py):
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
+from abc import abstractmethod
+from typing import Protocol
 
 from farm.core.aliases import JsonDict
 from farm.core.profiles import canonical_target
@@ -32,7 +33,7 @@ def model_key(device_key: str, target: JsonDict) -> str:
     return f"{device_key}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-class LearnedStore(ABC):
+class LearnedStore(Protocol):
     @abstractmethod
     def model_workloads(self, mkey: str) -> list[str]:
         """The workload keys of a model key, sorted."""

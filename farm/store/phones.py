@@ -25,8 +25,9 @@ the last cool reading's time.
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Protocol
 
 from farm.core.aliases import JsonDict
 from farm.core.messages import _Message
@@ -165,7 +166,7 @@ def format_phones(rows: list[JsonDict]) -> str:
     return "\n".join(lines)
 
 
-class PhoneLedger(ABC):
+class PhoneLedger(Protocol):
     @abstractmethod
     def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
         """Add measurements: to each phone's totals and to its job's list of spans."""

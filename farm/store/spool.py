@@ -16,9 +16,10 @@ Contract of every store (tests/unit/test_store_archive.py, run against each):
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 DRAIN_LEASE = "spool"  # the drain's lease, a name for Coordination.acquire_lease
 
@@ -39,7 +40,7 @@ def digest(items: Iterable[bytes]) -> str:
     return hashlib.sha1(parts.encode()).hexdigest()
 
 
-class Spool(ABC):
+class Spool(Protocol):
     """Records leaving Redis for the archive (see the module docstring for the contract)."""
 
     @abstractmethod

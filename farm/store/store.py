@@ -1,7 +1,7 @@
 """The store interface and the logic that does not depend on where records live.
 
-Contract of every `RecordStore` (tested once in tests/unit/test_store_*.py
-and run against each implementation):
+Contract of every `RecordStore`'s records (`RecordReader`, `RecordWriter`; tested once in
+tests/unit/test_store_*.py and run against each implementation):
 
 - Thread and process safe: many workers commit to one store at once.
 - `add_record` is idempotent: a candidate (workload key + candidate hash) is
@@ -24,7 +24,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from farm.core.aliases import JsonList
 from farm.core.errors import StoreError
@@ -36,7 +36,8 @@ from farm.store.jobs import (  # noqa: F401 - re-exported: the store's whole voc
     COUNTERS,
     MEASURE_COUNTERS,
     ROUND_COUNTERS,
-    JobStore,
+    JobReader,
+    JobWriter,
     TaskState,
     counts_of,
     total_counts,
@@ -163,22 +164,17 @@ def best_of(records: list[StoredRecord]) -> StoredRecord | None:
     return best
 
 
-class Records(ABC):
-    """Workloads and their measured records (see the module docstring for the contract)."""
+class RecordReader(Protocol):
+    """Workloads and their measured records, read (see the module docstring for the
+    contract); the archive behind them (farm/store/cold.py) when the store has one."""
 
-    @abstractmethod
-    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
-        """Remember a workload (first writer wins). True when it was new."""
+    archive: Archive | None = None  # where whole records that left Redis are (cold.py)
 
     @abstractmethod
     def get_workload(self, wk: str) -> TuneTask | None: ...
 
     @abstractmethod
     def workload_keys(self) -> list[str]: ...
-
-    @abstractmethod
-    def add_record(self, rec: StoredRecord) -> bool:
-        """Commit a record; keep the best atomically. False when the candidate was stored."""
 
     @abstractmethod
     def has_candidate(self, wk: str, candidate: str) -> bool: ...
@@ -224,6 +220,24 @@ class Records(ABC):
         """The candidate of each workload's best (of those that have one); no record read."""
 
     @abstractmethod
+    def exhausted(self, wk: str) -> bool:
+        """True when every candidate MetaSchedule can generate for `wk` is in the store."""
+
+
+class RecordWriter(Protocol):
+    """What changes workloads and their records (see the module docstring for the
+    contract: idempotent commits, keep-best atomic with them): a round's commits
+    (workers/metaschedule/callback.py), `farm cache import` and `rm`, a job's advance."""
+
+    @abstractmethod
+    def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
+        """Remember a workload (first writer wins). True when it was new."""
+
+    @abstractmethod
+    def add_record(self, rec: StoredRecord) -> bool:
+        """Commit a record; keep the best atomically. False when the candidate was stored."""
+
+    @abstractmethod
     def remove_records(self, wk: str, candidates: list[str]) -> int:
         """Delete records (atomic with the best: it is recomputed when removed). Returns
         how many were deleted."""
@@ -241,24 +255,13 @@ class Records(ABC):
     def mark_exhausted(self, wk: str, count: int) -> None:
         """Remember that the search space of `wk` has no more than `count` distinct candidates."""
 
-    @abstractmethod
-    def exhausted(self, wk: str) -> bool:
-        """True when every candidate MetaSchedule can generate for `wk` is in the store."""
 
-
-class RecordStore(Records, Spool, JobStore, Coordination, HostRegistry, LearnedStore,
-                  PhoneLedger, ABC):
-    """The whole store: records (here), the spool to the archive (farm/store/spool.py), jobs
-    (farm/store/jobs.py), coordination (farm/store/coordination.py), hosts
-    (farm/store/hosts.py), the cost models (farm/store/learned.py) and the phones' ledger
-    (farm/store/phones.py); one contract each, one implementation on Redis and one in
-    memory."""
+class StoreHealth(Protocol):
+    """The store itself: reachable, writable, its memory."""
 
     @abstractmethod
     def ping(self) -> None:
         """Raise ServiceError when the store is unreachable or not writable."""
-
-    archive: Archive | None = None  # where whole records that left Redis are (cold.py)
 
     def full(self) -> str | None:
         """Why the store refuses every write now (its memory limit reached), or None."""
@@ -271,6 +274,18 @@ class RecordStore(Records, Spool, JobStore, Coordination, HostRegistry, LearnedS
     def memory_at_start(self) -> int:
         """Bytes the store's server uses holding nothing (Redis's own), 0 where unknown."""
         return 0
+
+
+class RecordStore(RecordReader, RecordWriter, Spool, JobReader, JobWriter, Coordination,
+                  HostRegistry, LearnedStore, PhoneLedger, StoreHealth, ABC):
+    """The whole store: records, read and written (here), the spool to the archive
+    (farm/store/spool.py), jobs, read and written (farm/store/jobs.py), coordination
+    (farm/store/coordination.py), hosts (farm/store/hosts.py), the cost models
+    (farm/store/learned.py), the phones' ledger (farm/store/phones.py) and its health (here);
+    one contract each (a `typing.Protocol` of at most 15 methods), one implementation on
+    Redis and one in memory. Typed where a store is opened and closed (the CLI's commands, a
+    worker's main, the embedded farm) and where a round uses nearly all of it; every other
+    caller takes the contract it uses, or a named combination of them (below)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

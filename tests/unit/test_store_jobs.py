@@ -1,4 +1,4 @@
-"""The store contract, the jobs protocol (farm/store/jobs.py: JobStore): specs, task states, final choice, counters: run against every implementation (in-memory and real Redis)."""
+"""The store contract, the jobs protocol (farm/store/jobs.py: JobReader, JobWriter): specs, task states, final choice, counters: run against every implementation (in-memory and real Redis)."""
 
 
 

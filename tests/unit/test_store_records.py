@@ -1,4 +1,4 @@
-"""The store contract, the records protocol (farm/store/store.py: Records): keep-best, idempotent commits, provenance, removal: run against every implementation (in-memory and real Redis)."""
+"""The store contract, the records protocol (farm/store/store.py: RecordReader, RecordWriter): keep-best, idempotent commits, provenance, removal: run against every implementation (in-memory and real Redis)."""
 
 import threading
 
