@@ -44,6 +44,7 @@ from farm.core.config import FarmConfig, load_config
 from farm.core.errors import UsageError
 from farm.pipeline.options import DEFAULT_DTYPE, DEFAULT_PRIORITY
 from farm.store import RecordStore
+from farm.store.store import FarmView
 
 if TYPE_CHECKING:
     from farm.client.cache import ImportReport
@@ -348,7 +349,7 @@ class Views:
 
     views: list[ProgressFeed | LiveView]
 
-    def __call__(self, store: RecordStore, job: JobSpec) -> None:
+    def __call__(self, store: FarmView, job: JobSpec) -> None:
         for view in self.views:
             view(store, job)
 

@@ -25,9 +25,16 @@ from farm.core.profiles import DeviceProfile
 from farm.core.traces import UnsafeTrace, foreign_calls, trace_problem
 from farm.jobs.finalize import write_best_log
 from farm.pipeline.extract import workload_key
-from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store import StoredRecord, candidate_hash
 from farm.store.cold import all_records
-from farm.store.store import FAILED_RUN_SECS, valid_secs
+from farm.store.store import (
+    FAILED_RUN_SECS,
+    ArchivedRecords,
+    FarmView,
+    RecordReader,
+    RecordsAndJobs,
+    valid_secs,
+)
 from farm.tir.blocknames import canonical_module, translation
 from farm.tir.module import load_mod, record_json, tuning_record
 
@@ -39,7 +46,7 @@ log = logging.getLogger(__name__)
 Rename = Callable[[JsonList], JsonList]  # a record as tuned, renamed to the stored module's blocks
 
 
-def entries(store: RecordStore, device_key: str | None = None) -> list[JsonDict]:
+def entries(store: RecordReader, device_key: str | None = None) -> list[JsonDict]:
     out = []
     for wk in store.workload_keys():
         task = store.get_workload(wk)
@@ -53,7 +60,7 @@ def entries(store: RecordStore, device_key: str | None = None) -> list[JsonDict]
     return out
 
 
-def show(store: RecordStore, wk: str, top: int = 5) -> JsonDict:
+def show(store: ArchivedRecords, wk: str, top: int = 5) -> JsonDict:
     task = store.get_workload(wk)
     if task is None:
         raise StoreError("no such workload in the store", subject=f"workload {wk}",
@@ -79,7 +86,7 @@ def show(store: RecordStore, wk: str, top: int = 5) -> JsonDict:
     }
 
 
-def stats(store: RecordStore) -> JsonDict:
+def stats(store: FarmView) -> JsonDict:
     by_key: Counter = Counter()
     trials = 0
     valid = 0
@@ -113,13 +120,13 @@ def check_out_dir(out_dir: Path) -> None:
                          hint="name a folder that does not exist yet, or an empty one")
 
 
-def tasks_of(store: RecordStore, device_key: str | None) -> list[TuneTask]:
+def tasks_of(store: RecordReader, device_key: str | None) -> list[TuneTask]:
     """The store's workloads (of `device_key`, when given)."""
     return [t for t in (store.get_workload(wk) for wk in store.workload_keys())
             if t is not None and (device_key is None or t.device_key == device_key)]
 
 
-def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+def export(store: RecordReader, out_dir: Path, device_key: str | None = None) -> int:
     check_out_dir(out_dir)
     tasks = tasks_of(store, device_key)
     picks = {t.workload_key: b.candidate for t in tasks
@@ -128,7 +135,7 @@ def export(store: RecordStore, out_dir: Path, device_key: str | None = None) -> 
     return sum(1 for b in bests.values() if b is not None)
 
 
-def export_all(store: RecordStore, out_dir: Path, device_key: str | None = None) -> int:
+def export_all(store: ArchivedRecords, out_dir: Path, device_key: str | None = None) -> int:
     """`farm cache export --all`: every record of every workload (Redis's and the archive's,
     valid and failed) as a MetaSchedule JSONDatabase; returns the records written."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
@@ -226,7 +233,7 @@ def _read_workloads(log_dir: Path, profile: DeviceProfile,
     return workloads
 
 
-def _file_workload(store: RecordStore, wl: Workload, wk: str, profile: DeviceProfile,
+def _file_workload(store: RecordsAndJobs, wl: Workload, wk: str, profile: DeviceProfile,
                    source: str) -> IRModule:
     """An imported workload, filed under its key for the profile (named after its function,
     its blocks by place unless the store had the workload already); the module filed."""
@@ -250,7 +257,7 @@ def _imported(data: JsonList, wk: str, secs: list[float], failed: bool, host: st
         measured_at=time.time(), source=source, tvm="", verified=False)
 
 
-def import_log(store: RecordStore, log_dir: Path, profile: DeviceProfile,
+def import_log(store: RecordsAndJobs, log_dir: Path, profile: DeviceProfile,
                retarget: bool = False) -> ImportReport:
     """Seed the store from a JSONDatabase folder, record by record, as unverified records.
 
@@ -326,7 +333,7 @@ def _row_problem(row: JsonValue, workloads: dict[int, tuple[Workload, str] | Non
     return found, ""
 
 
-def _to_stored(store: RecordStore, filed: dict[str, IRModule], renames: dict[int, Rename],
+def _to_stored(store: RecordsAndJobs, filed: dict[str, IRModule], renames: dict[int, Rename],
                index: int, found: tuple[Workload, str], profile: DeviceProfile,
                source: str) -> Rename:
     """How the records of workload line `index` are renamed to the blocks of the store's module
@@ -347,7 +354,7 @@ def _canonical(target: Target) -> str:
         return str(target)
 
 
-def remove(store: RecordStore, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
+def remove(store: RecordsAndJobs, workload_keys: list[str], source: str | None = None) -> dict[str, int]:
     """`farm cache rm`: forget whole workloads, or (with `source`) only the records that came
     from it: a whole job id, host or source, or an import (`import:<path>`, or a folder
     above it: `import:/data/logs`). Returns {"workloads": n, "records": n} removed. Neither

@@ -14,6 +14,7 @@ from farm.client.common import config_of, report, store_of
 from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 from farm.store import RecordStore
+from farm.store.store import ArchivedRecords, FarmView, ModelStore, RecordReader, RecordsAndJobs
 
 if TYPE_CHECKING:
     from farm.core.config import FarmConfig
@@ -85,7 +86,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def archive(store: RecordStore, retention_days: float) -> JsonDict:
+def archive(store: FarmView, retention_days: float) -> JsonDict:
     """`farm cache archive` and `farm.Cache.archive`: move the spool to the archive now and
     delete days past the retention (0: keep every day); what the archive holds after."""
     from farm.store.cold import drain
@@ -102,7 +103,7 @@ def archive(store: RecordStore, retention_days: float) -> JsonDict:
             "retention_days": retention_days}
 
 
-def _archive(args: argparse.Namespace, store: RecordStore) -> None:
+def _archive(args: argparse.Namespace, store: FarmView) -> None:
     """`farm cache archive`: move the spool to the archive now, delete days past the
     retention, and say where the archive is and what it holds."""
     retention = config_of(args, broker_url=getattr(args, "broker", None)).archive_retention_days
@@ -112,7 +113,7 @@ def _archive(args: argparse.Namespace, store: RecordStore) -> None:
           f"deleted (retention: {f'{retention:g} days' if retention > 0 else 'always'})")
 
 
-def _import(args: argparse.Namespace, store: RecordStore) -> None:
+def _import(args: argparse.Namespace, store: RecordsAndJobs) -> None:
     """`farm cache import`: seed the store from a JSONDatabase folder, as unverified records."""
     from dataclasses import replace
 
@@ -133,7 +134,7 @@ def _import(args: argparse.Namespace, store: RecordStore) -> None:
                          subject=args.folder, hint="see the reasons above")
 
 
-def _ls(args: argparse.Namespace, store: RecordStore) -> None:
+def _ls(args: argparse.Namespace, store: RecordReader) -> None:
     from farm.client import cache
 
     rows = cache.entries(store, args.device_key)
@@ -148,19 +149,19 @@ def _ls(args: argparse.Namespace, store: RecordStore) -> None:
               f"{r['unverified']:10} {best:>10}  {r['name']}")
 
 
-def _show(args: argparse.Namespace, store: RecordStore) -> None:
+def _show(args: argparse.Namespace, store: ArchivedRecords) -> None:
     from farm.client import cache
 
     print(json.dumps(cache.show(store, args.workload_key, args.top), indent=2))
 
 
-def _stats(args: argparse.Namespace, store: RecordStore) -> None:
+def _stats(args: argparse.Namespace, store: FarmView) -> None:
     from farm.client import cache
 
     print(json.dumps(cache.stats(store), indent=2))
 
 
-def _export(args: argparse.Namespace, store: RecordStore) -> None:
+def _export(args: argparse.Namespace, store: ModelStore) -> None:
     from farm.client import cache
 
     if args.format in ("csv", "parquet") or args.features:  # --features: parquet's only
@@ -179,7 +180,7 @@ def _export(args: argparse.Namespace, store: RecordStore) -> None:
               "JSONDatabase)")
 
 
-def _rm(args: argparse.Namespace, store: RecordStore) -> None:
+def _rm(args: argparse.Namespace, store: RecordsAndJobs) -> None:
     from farm.client import cache
 
     wks = args.workload_keys.split(",") if args.workload_keys else []

@@ -16,7 +16,7 @@ from farm.core.errors import UsageError
 
 if TYPE_CHECKING:
     from farm.pipeline.wait import View
-    from farm.store import RecordStore
+    from farm.store.store import FarmView
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -101,7 +101,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _status(args, store)
 
 
-def _status(args: argparse.Namespace, store: RecordStore) -> int:
+def _status(args: argparse.Namespace, store: FarmView) -> int:
     from farm.client.jobs import recent
     from farm.client.jobs import views as views_of
     from farm.client.progress import render

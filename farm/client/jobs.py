@@ -16,25 +16,26 @@ if TYPE_CHECKING:
     from farm.core.config import FarmConfig
     from farm.core.messages import JobSpec
     from farm.pipeline.wait import View
-    from farm.store import RecordStore
+    from farm.store.jobs import JobReader
+    from farm.store.store import FarmView, RecordsAndJobs
 
 RECENT_JOBS = 10  # what `farm status` (no job given) and `Farm.jobs()` list: the latest
 
 
-def recent(store: RecordStore, limit: int = RECENT_JOBS) -> list[str]:
+def recent(store: JobReader, limit: int = RECENT_JOBS) -> list[str]:
     """The ids of the farm's latest `limit` jobs, oldest first."""
     ids = store.job_ids()
     return ids[max(0, len(ids) - limit):]
 
 
-def views(store: RecordStore, job_ids: list[str]) -> list[JsonDict]:
+def views(store: FarmView, job_ids: list[str]) -> list[JsonDict]:
     """Each job as `farm status --json` shows it (farm/client/progress.py: job_view)."""
     from farm.client.progress import job_view
 
     return [job_view(store, store.require_job(job_id)) for job_id in job_ids]
 
 
-def cancel(store: RecordStore, job_id: str) -> str:
+def cancel(store: RecordsAndJobs, job_id: str) -> str:
     """`farm cancel JOB` (an id or a name): its rounds not yet started do not run (a
     StoreError naming an unknown job). Returns the job's id."""
     job_id = store.require_job(job_id).job_id
@@ -109,7 +110,7 @@ class Progress:
                    line=line)
 
 
-def progress_now(store: RecordStore, job: JobSpec) -> Progress:
+def progress_now(store: FarmView, job: JobSpec) -> Progress:
     """The job's progress read from the store now."""
     from farm.client.progress import job_view
     from farm.pipeline.wait import progress_line
@@ -128,7 +129,7 @@ class ProgressFeed:
         self.report, self.on_progress = report, on_progress
         self.last = ""
 
-    def __call__(self, store: RecordStore, job: JobSpec) -> None:
+    def __call__(self, store: FarmView, job: JobSpec) -> None:
         from farm.pipeline.wait import progress_line
 
         line = progress_line(job, store.task_states(job.job_id), store.job_measured(job.job_id))

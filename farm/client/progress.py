@@ -21,8 +21,8 @@ from rich.text import Text
 from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec
 from farm.pipeline.summary import cpu_line, cpu_section, numerics_hint, phone_section
-from farm.store import RecordStore, TaskState
-from farm.store.store import COUNTERS, total_counts
+from farm.store import TaskState
+from farm.store.store import COUNTERS, FarmView, total_counts
 
 BAR = 20
 PLAIN_WIDTH = 160  # the width of plain lines where the output is no terminal (a log, a pipe)
@@ -30,7 +30,7 @@ JUPYTER_WIDTH = 115  # rich's own width for a notebook cell
 FINISHED = ("done", "exhausted", "failed")
 
 
-def job_view(store: RecordStore, job: JobSpec, now: float | None = None) -> JsonDict:
+def job_view(store: FarmView, job: JobSpec, now: float | None = None) -> JsonDict:
     """A job's progress as JSON (what `farm status --json` prints)."""
     now = now or time.time()
     states = store.task_states(job.job_id)
@@ -217,7 +217,7 @@ class LiveView:
         self.cell: object = None  # the notebook's display handle
         self.shown: object = None  # what the last plain frame showed
 
-    def __call__(self, store: RecordStore, job: JobSpec) -> None:
+    def __call__(self, store: FarmView, job: JobSpec) -> None:
         self.show([job_view(store, job)])
 
     def __enter__(self) -> LiveView:
@@ -280,7 +280,7 @@ def live_view(console: Console | None = None) -> LiveView:
     return LiveView(console)
 
 
-def watch(store: RecordStore, job_ids: list[str], interval_s: float,
+def watch(store: FarmView, job_ids: list[str], interval_s: float,
           console: Console | None = None) -> None:
     """`farm status --watch`: the jobs' views, drawn again every `interval_s` (on stdout)
     until none of them runs any more."""

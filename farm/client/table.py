@@ -18,8 +18,8 @@ from typing import Any
 
 from farm.client.cache import check_out_dir, tasks_of
 from farm.core.errors import UsageError
-from farm.store import RecordStore
 from farm.store.packing import feature_matrix
+from farm.store.store import ModelStore
 
 # the columns of `farm cache export --format csv|parquet`, one row per measurement
 TABLE = ("workload_key", "task", "device_key", "family", "flop", "candidate", "run_us",
@@ -29,7 +29,7 @@ FORMATS = {"csv": "measurements.csv", "parquet": "measurements.parquet"}
 ROW_GROUP = 50_000  # rows of a parquet row group (a few MB of memory)
 
 
-def _rows(store: RecordStore, device_key: str | None,
+def _rows(store: ModelStore, device_key: str | None,
           features: bool = False) -> Iterator[tuple[Any, ...]]:
     """Every measurement of every workload (Redis's and the archive's, valid and failed) as a
     row of TABLE's columns (and, with `features`, its feature matrix as a list of rows, None
@@ -56,7 +56,7 @@ def _rows(store: RecordStore, device_key: str | None,
         yield (*row, None if matrix is None else matrix.tolist()) if features else row
 
 
-def export_table(store: RecordStore, out_dir: Path, device_key: str | None = None,
+def export_table(store: ModelStore, out_dir: Path, device_key: str | None = None,
                  fmt: str = "csv", features: bool = False) -> int:
     """`farm cache export --format csv|parquet [--features]`: every measurement as one row of
     DIR/measurements.csv or DIR/measurements.parquet; returns the rows written."""

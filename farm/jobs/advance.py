@@ -18,14 +18,14 @@ from farm.core.messages import JobSpec, RoundRequest, RoundResult
 from farm.jobs import finalize as finalize_stage
 from farm.jobs.dispatch import send_round
 from farm.jobs.plan import IN_FLIGHT, AfterRound, next_task, round_of, verdict
-from farm.store import RecordStore, TaskState
-from farm.store.jobs import added
-from farm.store.store import updated
+from farm.store import TaskState
+from farm.store.jobs import JobWriter, added
+from farm.store.store import JobRecords, RecordReader, RecordsAndJobs, updated
 
 log = logging.getLogger(__name__)
 
 
-def continue_job(app: CeleryApp, store: RecordStore, req: RoundRequest,
+def continue_job(app: CeleryApp, store: RecordsAndJobs, req: RoundRequest,
                  result: RoundResult) -> None:
     """After a round: the workload is done, exhausted, stopped, or gets its next round (the
     planner's verdict). The task's state names its next round before the round is sent, so
@@ -58,7 +58,7 @@ def continue_job(app: CeleryApp, store: RecordStore, req: RoundRequest,
         best_effort(finalize_stage.finalize_job, store, job, f"worker {result.host}")
 
 
-def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
+def _after_round(store: RecordReader, req: RoundRequest, result: RoundResult,
                  prior: TaskState) -> JsonDict:
     """The task's numbers with this round's added: failures, lost phones, best, history."""
     failures = dict(prior.failures)
@@ -78,7 +78,7 @@ def _after_round(store: RecordStore, req: RoundRequest, result: RoundResult,
                 searched_by=sorted({*prior.searched_by, result.searched_by} - {""}))
 
 
-def _facts(store: RecordStore, req: RoundRequest, job: JobSpec | None,
+def _facts(store: JobRecords, req: RoundRequest, job: JobSpec | None,
            history: list[float]) -> AfterRound:
     """What the planner is told after a round, read from the store."""
     budget = job.trials_budget if job else 0
@@ -90,7 +90,7 @@ def _facts(store: RecordStore, req: RoundRequest, job: JobSpec | None,
         history=tuple(history))
 
 
-def plan_next_round(app: CeleryApp, store: RecordStore, job: JobSpec) -> None:
+def plan_next_round(app: CeleryApp, store: RecordsAndJobs, job: JobSpec) -> None:
     """Job budget: once every task has had its first round, keep IN_FLIGHT rounds going, each
     given to the ready task where a round pays most; close the job's tasks when it is spent.
     Idempotent (each round is claimed once): the worker after a round and the supervisor
@@ -126,6 +126,6 @@ def plan_next_round(app: CeleryApp, store: RecordStore, job: JobSpec) -> None:
         busy.append(pick)
 
 
-def _close(store: RecordStore, job: JobSpec, tasks: dict[str, TaskState], why: str) -> None:
+def _close(store: JobWriter, job: JobSpec, tasks: dict[str, TaskState], why: str) -> None:
     for wk, s in tasks.items():
         best_effort(store.set_task_state, job.job_id, wk, updated(s, state="done", message=why))

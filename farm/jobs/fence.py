@@ -34,7 +34,7 @@ import psutil
 from farm.core.errors import TuneError
 from farm.core.hostid import machine
 from farm.core.messages import RoundRequest
-from farm.store import RecordStore
+from farm.store.coordination import Coordination
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def holder_is_dead(holder: str) -> bool:
 class RoundFence:
     """The lease of one running copy of a round. Use `enter()`, then `exit()` in a finally."""
 
-    store: RecordStore
+    store: Coordination
     req: RoundRequest
     node: str
     ttl_s: float

@@ -21,8 +21,9 @@ from farm.core.errors import StoreError, last_line
 from farm.core.failures import fix_for
 from farm.core.messages import JobSpec, TuneTask
 from farm.core.traces import check_trace
-from farm.store import RecordStore, StoredRecord, TaskState
-from farm.store.store import best_of
+from farm.store import StoredRecord, TaskState
+from farm.store.jobs import JobReader
+from farm.store.store import RecordReader, RecordsAndJobs, best_of
 from farm.tir.blocknames import translate
 from farm.tir.module import load_mod, tuning_record
 
@@ -69,7 +70,7 @@ def unmeasured(job: JobSpec, states: dict[str, TaskState]) -> Unmeasured:
     return Unmeasured(tasks=names, searched=searched, error_class=cls, error=errors.get(cls, ""))
 
 
-def job_finished(store: RecordStore, job: JobSpec) -> bool:
+def job_finished(store: JobReader, job: JobSpec) -> bool:
     """Every task of the job is done, exhausted or failed (and the job was not cancelled)."""
     if store.job_status(job.job_id).get("state") == "cancelled":
         return False
@@ -77,7 +78,7 @@ def job_finished(store: RecordStore, job: JobSpec) -> bool:
     return all(wk in states and states[wk].terminal for wk in job.workload_keys)
 
 
-def trusted_best(store: RecordStore, wk: str) -> StoredRecord | None:
+def trusted_best(store: RecordReader, wk: str) -> StoredRecord | None:
     """The best valid record a phone of this farm measured with this TVM: the store's best,
     unless that one was timed by another TVM version (then the best of those that were not)."""
     from tvm import __version__ as tvm_version
@@ -90,7 +91,7 @@ def trusted_best(store: RecordStore, wk: str) -> StoredRecord | None:
     return best_of([r for r in store.records(wk) if r.trusted(tvm_version)])
 
 
-def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
+def finalize_job(store: RecordsAndJobs, job: JobSpec, by: str) -> dict[str, str]:
     """The job's final choice, workload key -> candidate hash; fixed by the first caller."""
     picks = {}
     for wk in job.workload_keys:
@@ -110,7 +111,7 @@ def finalize_job(store: RecordStore, job: JobSpec, by: str) -> dict[str, str]:
     return final
 
 
-def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
+def write_best_log(store: RecordReader, tasks: list[TuneTask], work_dir: Path,
                    picks: dict[str, str],
                    unusable: dict[str, str] | None = None) -> dict[str, StoredRecord | None]:
     """Write `database_workload.json` + `database_tuning_record.json` with the picked record of
@@ -148,7 +149,7 @@ def write_best_log(store: RecordStore, tasks: list[TuneTask], work_dir: Path,
     return bests
 
 
-def _commit(db: TVMDatabase, store: RecordStore, task: TuneTask, best: StoredRecord) -> None:
+def _commit(db: TVMDatabase, store: RecordReader, task: TuneTask, best: StoredRecord) -> None:
     """The record, tuned on the store's module of the workload, renamed to the task's blocks
     (the same operator can carry other block names in another model) and committed."""
     check_trace(best.record)  # the store can be written by others: read before any parse

@@ -30,14 +30,15 @@ from farm.core.messages import JobSpec, RoundRequest
 from farm.jobs import finalize as finalize_stage
 from farm.jobs.dispatch import queued_round_ids, send_round
 from farm.jobs.fence import holder_is_dead
-from farm.store import RecordStore, TaskState
+from farm.store import TaskState
 from farm.store.broker import BrokerQueues
+from farm.store.store import RecordsAndJobs
 
 log = logging.getLogger(__name__)
 
 
 class Supervisor(threading.Thread):
-    def __init__(self, app: CeleryApp, store: RecordStore, broker: BrokerQueues, node: str,
+    def __init__(self, app: CeleryApp, store: RecordsAndJobs, broker: BrokerQueues, node: str,
                  interval_s: float, grace_s: float) -> None:
         super().__init__(name=f"supervisor-{node}", daemon=True)
         self.app = app

@@ -19,7 +19,8 @@ from pathlib import Path
 from farm.core.aliases import JsonDict
 from farm.pipeline.curves import Point, TaskTrials, model_curve, task_trials
 from farm.pipeline.summary import gflops, numerics_hint
-from farm.store import RecordStore
+from farm.store.phones import PhoneLedger
+from farm.store.store import FarmView, RecordReader
 
 W, H, PAD = 360, 160, 36
 BLUE, GREEN, RED = "#1f77b4", "#2ca02c", "#d62728"  # a task's curve, the model's, failures
@@ -107,7 +108,7 @@ def svg_bars(items: list[tuple[str, float]], unit: str = "us") -> str:
             f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
 
 
-def cache_view(store: RecordStore, wk: str, top: int = 5) -> str:
+def cache_view(store: RecordReader, wk: str, top: int = 5) -> str:
     """What `farm cache show KEY` says of a task's workload, folded under its row."""
     records = sorted((r for r in store.records(wk) if r.valid),
                      key=lambda r: r.run_us or 0.0)[:top]
@@ -149,7 +150,7 @@ def compare(summary: JsonDict, other: JsonDict) -> str:
 {''.join(rows)}</table>"""
 
 
-def phones_section(summary: JsonDict, store: RecordStore) -> str:
+def phones_section(summary: JsonDict, store: PhoneLedger) -> str:
     """Each phone's part: the table, and the timeline of its batches (idle gaps are white)."""
     phones = summary.get("phones")
     if not phones:
@@ -167,7 +168,7 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def job_trials(summary: JsonDict, store: RecordStore) -> list[TaskTrials]:
+def job_trials(summary: JsonDict, store: FarmView) -> list[TaskTrials]:
     """Each task's trials in this job (farm/pipeline/curves.py); other jobs' records count
     for the model's estimate up to the job's end (when it was finalized)."""
     from farm.store.cold import every_record
@@ -180,7 +181,7 @@ def job_trials(summary: JsonDict, store: RecordStore) -> list[TaskTrials]:
             for t in summary["tasks"]]
 
 
-def task_gflops(task: JsonDict, store: RecordStore) -> float | None:
+def task_gflops(task: JsonDict, store: RecordReader) -> float | None:
     """The task's GFLOPS at its best latency: the summary's, or (a summary written before it
     had them) from the FLOPs the store keeps of its workload."""
     if "gflops" in task:
@@ -213,7 +214,7 @@ def task_curve(task: JsonDict, trials: TaskTrials) -> str:
     return svg
 
 
-def task_table(summary: JsonDict, store: RecordStore, trials: list[TaskTrials]) -> str:
+def task_table(summary: JsonDict, store: RecordReader, trials: list[TaskTrials]) -> str:
     rows = []
     for t, tt in zip(summary["tasks"], trials, strict=True):
         rows.append(
@@ -256,7 +257,7 @@ measured {summary['latency_us']['tuned']:.1f} us: the estimate leaves out what r
 the tasks' kernels).{missing}</p>"""
 
 
-def render(summary: JsonDict, store: RecordStore,
+def render(summary: JsonDict, store: FarmView,
            against: JsonDict | None = None) -> str:
     lat = summary["latency_us"]
     mismatch = "" if summary["numerics_ok"] else f": {html.escape(numerics_hint(summary))}"
@@ -302,7 +303,7 @@ target <code>{html.escape(json.dumps(summary['target']))}</code>,
 """
 
 
-def write(out_dir: Path, summary: JsonDict, store: RecordStore,
+def write(out_dir: Path, summary: JsonDict, store: FarmView,
           against: JsonDict | None = None) -> Path:
     path = out_dir / "report.html"
     path.write_text(render(summary, store, against))

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from farm.core.aliases import JsonDict
 from farm.core.messages import JobSpec, TuneTask
 from farm.pipeline import compile as compile_stage
-from farm.store import RecordStore, StoredRecord, TaskState
+from farm.store import StoredRecord, TaskState
 from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
 from farm.store.hosts import registered_phones
 from farm.store.jobs import added
 from farm.store.phones import job_phones, tuning_wall
-from farm.store.store import COUNTERS, total_counts
+from farm.store.store import COUNTERS, FarmView, RecordReader, total_counts
 
 if TYPE_CHECKING:
     from farm.pipeline.extract import Prepared
@@ -138,7 +138,7 @@ def gflops(flop: float, best_us: float | None) -> float | None:
     return float(f"{flop / best_us / 1e3:.4g}")  # flop / (us * 1e-6) / 1e9, 4 digits
 
 
-def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]:
+def default_times(store: RecordReader, tasks: list[TuneTask]) -> dict[str, float]:
     """Workload key -> the measured run time of TVM's default schedule, where the store has it."""
     out = {}
     for task in tasks:
@@ -153,7 +153,7 @@ def default_times(store: RecordStore, tasks: list[TuneTask]) -> dict[str, float]
     return out
 
 
-def phone_section(store: RecordStore, job: JobSpec, now: float | None = None) -> JsonDict:
+def phone_section(store: FarmView, job: JobSpec, now: float | None = None) -> JsonDict:
     """Each phone's part in the job: busy and idle seconds, utilization (busy / the tuning
     wall: from the job's start to its last measurement, or to `now` while it runs),
     measurements, device lost, heat (its thermometer's last reading against its fastest,

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from farm.core.errors import ServiceError, StoreError, TuneError
 from farm.core.messages import JobSpec
 from farm.pipeline.connect import Farm
-from farm.store import RecordStore, StoreUnavailable, TaskState
+from farm.store import StoreUnavailable, TaskState
+from farm.store.store import FarmView, StoreHealth
 
 # a live view of a job (the client's): called with the store and the job at every poll
-View = Callable[[RecordStore, JobSpec], None]
+View = Callable[[FarmView, JobSpec], None]
 
 
 STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable store
@@ -89,7 +90,7 @@ class FullWatch:
         self.asked = 0.0
         self.since: float | None = None
 
-    def check(self, store: RecordStore) -> None:
+    def check(self, store: StoreHealth) -> None:
         now = time.monotonic()
         if now - self.asked < self.every_s:
             return

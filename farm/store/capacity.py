@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from farm.store.store import RecordStore
+    from farm.store.store import FarmView
 
 DAY_S = 86400.0
 WARN_DAYS = 7.0
@@ -50,7 +50,7 @@ class Capacity:
                 "days_until_full": None if days is None else round(days, 2)}
 
 
-def capacity(store: RecordStore, now: float | None = None,
+def capacity(store: FarmView, now: float | None = None,
              times: list[float] | None = None) -> Capacity:
     """The store's capacity now, from every record's time (`times`, when the caller read the
     records already; else a scan of the store)."""

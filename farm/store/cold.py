@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from farm.core.hostid import short_machine
 from farm.store.packing import describes
 from farm.store.spool import DRAIN_LEASE
-from farm.store.store import Entry, RecordStore, StoredRecord
+from farm.store.store import ArchivedRecords, Entry, RecordReader, StoredRecord
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def _fields(line: str) -> dict[str, str]:
     return {k: v.strip('"') for k, v in _KEY.findall(ends)}
 
 
-def drain(store: RecordStore, archive: Archive, owner: str = "",
+def drain(store: ArchivedRecords, archive: Archive, owner: str = "",
           batch: int = DRAIN_BATCH) -> int:
     """Move the store's spool into the archive; returns the records moved (0 when another
     process is draining it now). The lease is renewed per batch; a batch leaves the spool
@@ -237,7 +237,7 @@ def drain(store: RecordStore, archive: Archive, owner: str = "",
     return moved
 
 
-def _write(store: RecordStore, archive: Archive, records: list[tuple[str, str]]) -> None:
+def _write(store: RecordReader, archive: Archive, records: list[tuple[str, str]]) -> None:
     """A batch of the spool into the archive, one append per device key."""
     devices = archive.devices  # a workload's device key never changes: read once
     by_key: dict[str, list[str]] = {}
@@ -253,7 +253,7 @@ def _write(store: RecordStore, archive: Archive, records: list[tuple[str, str]])
 _DRAINING = threading.Lock()
 
 
-def _drain_for_reading(store: RecordStore, archive: Archive) -> None:
+def _drain_for_reading(store: ArchivedRecords, archive: Archive) -> None:
     """Before reading the archive: what waits in the spool is written first (a reader of
     this process waits for another thread's drain to end rather than read around it)."""
     with _DRAINING:
@@ -278,7 +278,7 @@ def is_copy(entries: Mapping[tuple[str, str], Entry], path: str, n: int, line: s
     return rec is not None and _copy_of(entry, rec, None)
 
 
-def archived(store: RecordStore, archive: Archive, wk: str,
+def archived(store: ArchivedRecords, archive: Archive, wk: str,
              candidate: str) -> StoredRecord | None:
     """One candidate's whole record from the archive (the spool drained first), None when
     the store has no entry of it or the archive lacks it."""
@@ -294,13 +294,13 @@ def archived(store: RecordStore, archive: Archive, wk: str,
     return found
 
 
-def all_records(store: RecordStore, archive: Archive | None, wk: str) -> list[StoredRecord]:
+def all_records(store: ArchivedRecords, archive: Archive | None, wk: str) -> list[StoredRecord]:
     """Every record of a workload: Redis's whole ones and the archive's, one per candidate
     (only candidates the store still holds)."""
     return every_record(store, archive, [wk])[wk]
 
 
-def _by_device_key(store: RecordStore, workloads: list[str]) -> dict[str | None, set[str]]:
+def _by_device_key(store: RecordReader, workloads: list[str]) -> dict[str | None, set[str]]:
     """The workloads grouped by their device key (None: the store no longer has the task): the
     archive is read one device key's folder at a time."""
     out: dict[str | None, set[str]] = {}
@@ -310,7 +310,7 @@ def _by_device_key(store: RecordStore, workloads: list[str]) -> dict[str | None,
     return out
 
 
-def every_record(store: RecordStore, archive: Archive | None,
+def every_record(store: ArchivedRecords, archive: Archive | None,
                  workloads: list[str]) -> dict[str, list[StoredRecord]]:
     """`all_records` of many workloads, with one pass over each device key's archive (not
     one per workload)."""
@@ -333,7 +333,7 @@ def every_record(store: RecordStore, archive: Archive | None,
     return {wk: [*recs.values(), *found.get(wk, {}).values()] for wk, recs in out.items()}
 
 
-def each_record(store: RecordStore, archive: Archive | None,
+def each_record(store: ArchivedRecords, archive: Archive | None,
                 workloads: list[str]) -> Iterator[StoredRecord]:
     """Every record of these workloads as `every_record` gives them, streamed: Redis's whole
     ones first, then the archive's as its lines are read, one pass per device key; only the
@@ -363,7 +363,7 @@ def each_record(store: RecordStore, archive: Archive | None,
                 yield rec
 
 
-def wholes(store: RecordStore, archive: Archive | None, device_key: str,
+def wholes(store: ArchivedRecords, archive: Archive | None, device_key: str,
            wanted: dict[str, list[Entry]]) -> dict[str, dict[str, StoredRecord]]:
     """The whole records of the entries in `wanted` (per workload, candidate -> record):
     Redis's hot ones and the others in one pass over the device key's archive, parsing only

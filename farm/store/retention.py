@@ -5,10 +5,10 @@ its line is carried into the day of the prune first, and stays while it is refer
 from __future__ import annotations
 
 from farm.store.cold import Archive, is_copy
-from farm.store.store import Entry, RecordStore
+from farm.store.store import Entry, JobRecords
 
 
-def referenced(store: RecordStore) -> dict[tuple[str, str], Entry]:
+def referenced(store: JobRecords) -> dict[tuple[str, str], Entry]:
     """The entries of the records the store refers to, by (workload key, candidate): each
     workload's best and each job's final picks. Raises StoreError when a job's final choice
     cannot be read (then nothing may be pruned)."""
@@ -19,7 +19,7 @@ def referenced(store: RecordStore) -> dict[tuple[str, str], Entry]:
     return {key: e for key, e in entries.items() if e is not None}
 
 
-def prune(store: RecordStore, archive: Archive, keep_days: float,
+def prune(store: JobRecords, archive: Archive, keep_days: float,
           now: float | None = None) -> list[str]:
     """Delete the archive's days older than `keep_days` (0: keep everything), keeping the
     records the store refers to (`referenced`); returns the folders deleted."""

@@ -291,6 +291,50 @@ class RecordStore(RecordReader, RecordWriter, Spool, JobReader, JobWriter, Coord
         """Release connections."""
 
 
+# --- named combinations of the contracts: what a caller that needs several of them takes. A
+# contract is a Protocol, so a combination is one too and RecordStore needs not list it. ---
+class ArchivedRecords(RecordReader, Spool, Coordination, Protocol):
+    """Records hot and archived: reading every record of a workload drains the spool into the
+    archive first, under its lease (farm/store/cold.py). Taken by cold.py, `farm cache show`
+    and `export --all` (farm/client/cache.py) and a round's own cost model
+    (workers/metaschedule/costmodel.pretrained_cost_model)."""
+
+
+class JobRecords(RecordReader, JobReader, Protocol):
+    """Records and jobs, read: what the archive's retention keeps (farm/store/retention.py)
+    and a job's advance weighs (farm/jobs/advance.py)."""
+
+
+class FarmView(ArchivedRecords, JobRecords, HostRegistry, PhoneLedger, StoreHealth, Protocol):
+    """The farm as it is shown or weighed: records (with the archive), jobs, hosts, phones and
+    the store's memory; writes no record, job or cost model. Taken by `farm status`, the
+    client's job views and a waiting job's live view (farm/client/, farm/pipeline/wait.py),
+    the report (farm/pipeline/report.py, summary.py), `farm cache stats` and `archive`, a
+    host's metrics and heartbeat (workers/host/), and a round's hand-off and lending
+    decisions (workers/round/handoff.py, lend/phone_side.py, measure.py)."""
+
+
+class RecordsAndJobs(ArchivedRecords, JobRecords, RecordWriter, JobWriter, Protocol):
+    """Records and jobs, read and written (with the archive and coordination): what moves a
+    job on or writes records outside a round. Taken by a job's advance and finalize
+    (farm/jobs/), the supervisor, a round's failure on its worker (workers/host/app.py), a
+    job's cancel, `farm cache import` and `rm`."""
+
+
+class RoundCommits(RecordWriter, JobWriter, PhoneLedger, Protocol):
+    """What a round writes as its batches are measured: the records, the job's counters and
+    the phones' spans. Taken by the round's StoreCallback (workers/metaschedule/callback.py)."""
+
+
+class ModelStore(ArchivedRecords, RecordWriter, LearnedStore, Protocol):
+    """A device key's cost models: trained on the records of its workloads (hot and archived),
+    their features cached and families indexed (`put_workload`). Taken by
+    workers/metaschedule/ (costmodel.py, samples.py, transfer.py, search.round_search), a
+    round's search set-up (workers/round/tuning.py), a helper host's search sessions
+    (workers/round/lend/helper_side.py) and the table export with features
+    (farm/client/table.py)."""
+
+
 def parse_record(raw: str | bytes, where: str) -> StoredRecord | None:
     """A stored record, or None (logged with its key) when it is corrupt."""
     try:

@@ -24,7 +24,7 @@ from farm.jobs.advance import continue_job
 from farm.jobs.dispatch import ROUND_TASK, SEARCH_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
 from farm.store import RecordStore, StoreUnavailable, TaskState, configured_store
-from farm.store.store import updated
+from farm.store.store import RecordsAndJobs, updated
 from workers.round.context import WorkerContext
 from workers.round.handoff import HOLD_S
 from workers.round.measure import LeaseBusy, StaleRound, run_round
@@ -214,7 +214,7 @@ def _run(task: CeleryTask, ctx: WorkerContext, store: RecordStore, req: RoundReq
         raise
 
 
-def _fail(store: RecordStore, req: RoundRequest, host: str, message: str) -> None:
+def _fail(store: RecordsAndJobs, req: RoundRequest, host: str, message: str) -> None:
     """The task failed: say why; when it was the job's last task, finalize the job."""
     prior = store.task_states(req.job_id).get(req.workload_key, TaskState())
     best_effort(store.set_task_state, req.job_id, req.workload_key,

@@ -23,8 +23,8 @@ from farm.core.hostid import machine
 from farm.devices import tracker as tracker_mod
 from farm.devices.hostcpu import system_cpu
 from farm.jobs.dispatch import queue_for
-from farm.store import RecordStore
 from farm.store.hosts import HostBeat
+from farm.store.store import FarmView
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
@@ -48,7 +48,7 @@ class WorkerHost:
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, app: CeleryApp, store: RecordStore, host: WorkerHost, config: FarmConfig,
+    def __init__(self, app: CeleryApp, store: FarmView, host: WorkerHost, config: FarmConfig,
                  gate: Gate | None = None, interval_s: float | None = None) -> None:
         super().__init__(name=f"heartbeat-{host.node}", daemon=True)
         self.app = app

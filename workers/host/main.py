@@ -21,6 +21,8 @@ from farm.devices.lean import hide_torch
 from farm.jobs.dispatch import queue_for
 from farm.store import RecordStore, configured_store, open_broker
 from farm.store.broker import BrokerQueues
+from farm.store.hosts import HostRegistry
+from farm.store.store import FarmView, RecordsAndJobs
 
 if TYPE_CHECKING:
     from farm.core.aliases import CeleryApp
@@ -80,7 +82,7 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     return 0
 
 
-def _supervisor(app: CeleryApp, store: RecordStore, broker: BrokerQueues, name: str,
+def _supervisor(app: CeleryApp, store: RecordsAndJobs, broker: BrokerQueues, name: str,
                 config: FarmConfig) -> Supervisor:
     """This host's supervisor (farm/jobs/supervisor.py), started: it leads the farm's sweeps
     when it holds the leader lock."""
@@ -147,7 +149,7 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
     return 0
 
 
-def serve_metrics(config: FarmConfig, store: RecordStore, broker: BrokerQueues, name: str,
+def serve_metrics(config: FarmConfig, store: FarmView, broker: BrokerQueues, name: str,
                   supervisor: Supervisor) -> str:
     """This host's /metrics (workers/host/metrics.py): the farm-wide series while its
     supervisor leads, its own, and its rounds' times, observed in the pool processes about
@@ -177,7 +179,7 @@ def default_name() -> str:
     return f"farm@{socket.gethostname()}-{start[:6]}"
 
 
-def check_name_free(store: RecordStore, name: str, ttl_s: float) -> None:
+def check_name_free(store: HostRegistry, name: str, ttl_s: float) -> None:
     """A name given with --hostname that a live worker of another machine or process holds is
     refused: two hosts of one name are one host to the farm. A heartbeat left by a process of
     this machine that is gone (a restart) frees the name at once; one from elsewhere is

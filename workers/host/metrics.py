@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING
 from farm.core.errors import ServiceError
 from farm.core.messages import JobSpec
 from farm.jobs.dispatch import queued_rounds
-from farm.store import RecordStore, TaskState
+from farm.store import TaskState
 from farm.store.broker import BrokerQueues
-from farm.store.store import total_counts
+from farm.store.store import FarmView, total_counts
 from workers.host.round_times import HISTOGRAMS
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class FarmCollector:
     """A prometheus_client collector over the store, for the host `node`, which serves the
     farm-wide series while `leads()` says its supervisor leads."""
 
-    def __init__(self, store: RecordStore, broker: BrokerQueues, node: str,
+    def __init__(self, store: FarmView, broker: BrokerQueues, node: str,
                  leads: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.broker = broker  # the broker's queue lists (read)

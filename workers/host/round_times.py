@@ -29,6 +29,7 @@ from farm.core.config import FarmConfig
 from farm.core.messages import RoundRequest, RoundResult
 from farm.jobs.dispatch import ROUND_TASK
 from farm.store import RecordStore, configured_store
+from farm.store.jobs import JobReader
 
 log = logging.getLogger(__name__)
 ROUND_BUCKETS_S = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -120,7 +121,7 @@ class RoundTimes:
         self.wall.labels(self.node, req.device_key).observe(result.wall_s)
         self.measure.labels(self.node, req.device_key).observe(result.measure_s)
 
-    def _store_here(self) -> RecordStore:
+    def _store_here(self) -> JobReader:
         """A store client of this process (a forked child makes its own)."""
         if self._store is None or self._pid != os.getpid():
             self._store, self._pid = configured_store(self.config), os.getpid()

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from tvm import __version__ as TVM_VERSION
 
 from farm.core.failures import brief
-from farm.store import RecordStore, StoredRecord, candidate_hash
-from farm.store.store import CULPRIT_AFTER, valid_secs
+from farm.store import StoredRecord, candidate_hash
+from farm.store.store import CULPRIT_AFTER, RoundCommits, valid_secs
 from workers.metaschedule.runner import BoundedRPCRunner, classify_run_error
 from workers.metaschedule.search import TunedWorkload
 
@@ -89,7 +89,7 @@ class StoreCallback:
     every candidate's record committed, classified, counted, stamped with what built it (this
     host: `built_by`; a lent batch: its helper's); which phone measured what."""
 
-    def __init__(self, store: RecordStore, tuned: TunedWorkload, provenance: Provenance,
+    def __init__(self, store: RoundCommits, tuned: TunedWorkload, provenance: Provenance,
                  counters: RoundCounters,
                  on_progress: Callable[[RoundCounters], None] | None = None,
                  runner: BoundedRPCRunner | None = None,

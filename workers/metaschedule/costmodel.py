@@ -39,9 +39,9 @@ from farm.core import keys
 from farm.core.aliases import MeasureCandidate, TuneContext
 from farm.core.messages import TuneTask
 from farm.devices.tvmapi import xgb_train
-from farm.store import RecordStore
 from farm.store.cold import wholes
 from farm.store.learned import model_key
+from farm.store.store import ArchivedRecords, ModelStore
 from workers.metaschedule.database import tuning_record
 from workers.metaschedule.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
 from workers.metaschedule.samples import cost_of, decode, featurize_missing, learnable, pick
@@ -156,7 +156,7 @@ def per_workload(workloads: int) -> int:
     return max(MIN_PER_WORKLOAD, min(PER_WORKLOAD, TRAIN_LIMIT // max(1, workloads)))
 
 
-def key_records(store: RecordStore, mkey: str) -> int:
+def key_records(store: ModelStore, mkey: str) -> int:
     return sum(store.record_count(wk) for wk in store.model_workloads(mkey))
 
 
@@ -169,7 +169,7 @@ def _fit(xs: list[np.ndarray], ys: np.ndarray, threads: int) -> xgboost.Booster:
     return model.booster
 
 
-def train(store: RecordStore, mkey: str, threads: int = 1,
+def train(store: ModelStore, mkey: str, threads: int = 1,
           exclude: tuple[str, ...] = ()) -> KeyModel | None:
     """Train the key's model on every workload of the key (but `exclude`) and store it: two
     boosters, one per half of the workloads, and each half's held-out rank correlation per
@@ -216,7 +216,7 @@ def train(store: RecordStore, mkey: str, threads: int = 1,
     return KeyModel(mkey, fields)
 
 
-def stale(store: RecordStore, mkey: str, fields: dict[str, str]) -> bool:
+def stale(store: ModelStore, mkey: str, fields: dict[str, str]) -> bool:
     """The key's records grew enough since its model (or its model has no held-out check:
     one an older farm trained)."""
     current = key_records(store, mkey)
@@ -226,7 +226,7 @@ def stale(store: RecordStore, mkey: str, fields: dict[str, str]) -> bool:
     return current >= MIN_SAMPLES and current - trained >= max(MIN_GROWTH, RETRAIN_GROWTH * trained)
 
 
-def key_model(store: RecordStore, task: TuneTask, threads: int = 1) -> KeyModel | None:
+def key_model(store: ModelStore, task: TuneTask, threads: int = 1) -> KeyModel | None:
     """The key's model for a round of `task`, retrained first when it is stale and no other
     round is training it; None when the key has too few records for one."""
     mkey = model_key(task.device_key, task.target)
@@ -298,7 +298,7 @@ class RankedModel(PyCostModel):
         return self.key.predict(xs, self.correction)
 
 
-def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workload,
+def pretrained_cost_model(store: ArchivedRecords, workload_key: str, workload: Workload,
                           target: object, threads: int = 1) -> tuple[XGBModel, int]:
     """An XGBoost cost model already trained on the workload's stored records (valid and
     failed), so that round k+1 is not a cold start. Returns (model, records learned from).
@@ -335,7 +335,7 @@ def pretrained_cost_model(store: RecordStore, workload_key: str, workload: Workl
     return model, len(candidates)
 
 
-def round_model(store: RecordStore, task: TuneTask, workload: Workload, target: object,
+def round_model(store: ModelStore, task: TuneTask, workload: Workload, target: object,
                 threads: int = 1) -> tuple[XGBModel | RankedModel, int, str]:
     """The cost model of a round: (model, own records it learned from, what ranks first).
 

@@ -14,7 +14,8 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from farm.store import RecordStore, StoredRecord
+from farm.store import StoredRecord
+from farm.store.store import RecordReader
 from farm.tir.module import tuning_record as tir_tuning_record
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def replays(trace: object) -> None:
 
 @derived_object
 class StoreDatabase(PyDatabase):
-    def __init__(self, store: RecordStore, workload_key: str, mod: IRModule) -> None:
+    def __init__(self, store: RecordReader, workload_key: str, mod: IRModule) -> None:
         super().__init__()
         self.store = store
         self.workload_key = workload_key

@@ -34,8 +34,7 @@ from farm.devices import tracker as tracker_mod
 from farm.devices.evaluate import configure_threads
 from farm.devices.thermometer import Thermometer
 from farm.devices.tracker import grant, phone_address
-from farm.store import RecordStore
-from farm.store.phones import PhoneSpan
+from farm.store.phones import PhoneLedger, PhoneSpan
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RPCConfig
@@ -219,7 +218,7 @@ class PhoneLog:
         self.readings: list[Reading] = []  # the last batch's thermometer readings (`spans`)
         self.phone_of: dict[str, str] = {}  # the last batch's artifacts -> their phone
 
-    def commit(self, store: RecordStore, spans: list[PhoneSpan]) -> dict[str, float]:
+    def commit(self, store: PhoneLedger, spans: list[PhoneSpan]) -> dict[str, float]:
         """Store a batch's spans and thermometer readings; a phone lost too often, or hot, is
         set aside (and said so). Returns the phones found hot, each with the time of its last
         cool reading before (its measurements since are in doubt; 0: it has none)."""
@@ -236,7 +235,7 @@ class PhoneLog:
         self.refresh(store)
         return hot
 
-    def _heat(self, store: RecordStore) -> dict[str, float]:
+    def _heat(self, store: PhoneLedger) -> dict[str, float]:
         """The batch's readings against each phone's baseline: the hot phones (-> their last
         cool reading's time), rested by the store."""
         p, hot = self.policy, {}
@@ -254,7 +253,7 @@ class PhoneLog:
                             if cool_at else "it was first read")
         return hot
 
-    def refresh(self, store: RecordStore) -> dict[str, float]:
+    def refresh(self, store: PhoneLedger) -> dict[str, float]:
         """Write the phones of the key set aside now, for the next sessions. When every phone
         of the key on the tracker is set aside, none is: measuring on a flaky phone beats
         measuring on none."""

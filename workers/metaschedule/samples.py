@@ -21,10 +21,10 @@ import numpy as np
 from tvm.s_tir.meta_schedule.database import Workload
 
 from farm.core.messages import TuneTask
-from farm.store import RecordStore, StoredRecord
+from farm.store import StoredRecord
 from farm.store.cold import wholes
 from farm.store.packing import feature_matrix
-from farm.store.store import FAILED_RUN_SECS, Entry
+from farm.store.store import FAILED_RUN_SECS, Entry, ModelStore
 from workers.metaschedule.database import tuning_record
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Picked:
     features: dict[str, str]
 
 
-def pick(store: RecordStore, workloads: list[str], share: int,
+def pick(store: ModelStore, workloads: list[str], share: int,
          exclude: tuple[str, ...]) -> dict[str, Picked]:
     """Each workload's samples, chosen by their entries: no whole record is read here."""
     out = {}
@@ -122,7 +122,7 @@ def pick(store: RecordStore, workloads: list[str], share: int,
     return out
 
 
-def featurize_missing(store: RecordStore, picked: dict[str, Picked], device_key: str,
+def featurize_missing(store: ModelStore, picked: dict[str, Picked], device_key: str,
                       threads: int) -> None:
     """Features for the chosen samples that have none yet (at most FEATURIZE_LIMIT): their
     whole records read in one go, Redis's and the archive's, then kept on this host."""

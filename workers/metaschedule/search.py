@@ -48,9 +48,9 @@ from farm.core.aliases import (
 )
 from farm.core.config import FarmConfig
 from farm.core.messages import TuneTask
-from farm.store import RecordStore, StoredRecord, candidate_hash
+from farm.store import StoredRecord, candidate_hash
 from farm.store.candidates import DEFAULT_SCHEDULE, DEFAULT_SOURCE
-from farm.store.store import FAILED_RUN_SECS
+from farm.store.store import FAILED_RUN_SECS, ModelStore, RecordReader
 from farm.tir.module import record_json
 from workers.metaschedule.baseline import baseline_candidate
 from workers.metaschedule.database import tuning_record
@@ -128,7 +128,7 @@ class RoundFacts:
     borrowed: bool = False
 
 
-def to_verify(store: RecordStore, wk: str) -> list[StoredRecord]:
+def to_verify(store: RecordReader, wk: str) -> list[StoredRecord]:
     """The stored records of `wk` a round measures first: valid records the farm does not
     trust (imported, or measured with another TVM) that claim to beat the best verified one,
     the best claims first (at most VERIFY_TOP)."""
@@ -155,7 +155,7 @@ def evolutionary(population: int = 128, iters: int = 2) -> SearchStrategy:
 
 @derived_object
 class StoreAwareSearch(PySearchStrategy):
-    def __init__(self, store: RecordStore, tuned: TunedWorkload, plan: SearchPlan | None = None,
+    def __init__(self, store: RecordReader, tuned: TunedWorkload, plan: SearchPlan | None = None,
                  inner: SearchStrategy | None = None,
                  counts: dict[str, int] | None = None) -> None:
         super().__init__()
@@ -372,7 +372,7 @@ class StoreAwareSearch(PySearchStrategy):
         return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
 
 
-def round_search(store: RecordStore, task: TuneTask, tuned: TunedWorkload, facts: RoundFacts,
+def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts: RoundFacts,
                  config: FarmConfig, stop: Callable[[], bool] | None = None,
                  origins: dict[str, str] | None = None) -> StoreAwareSearch:
     """A round's search: MetaSchedule's evolutionary search minus stored candidates; a cold

@@ -35,8 +35,8 @@ from collections.abc import Callable
 
 from farm.core.aliases import IRModule, MeasureCandidate, Schedule, Trace, TuneContext, TVMObject
 from farm.core.messages import TuneTask
-from farm.store import RecordStore
 from farm.store.learned import model_key
+from farm.store.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def task_family(task: TuneTask) -> str:
 BACKFILL = 64  # workloads of a key stored without a family that one round classifies
 
 
-def families_of(store: RecordStore, mkey: str) -> dict[str, str]:
+def families_of(store: ModelStore, mkey: str) -> dict[str, str]:
     """Workload key -> family for a model key's workloads; those stored before families were
     kept are classified from their TIR (up to BACKFILL a call) and indexed for good."""
     from dataclasses import replace
@@ -75,13 +75,13 @@ def families_of(store: RecordStore, mkey: str) -> dict[str, str]:
     return families
 
 
-def relatives_in_store(store: RecordStore, task: TuneTask, family: str) -> bool:
+def relatives_in_store(store: ModelStore, task: TuneTask, family: str) -> bool:
     """Whether the task's model key holds another workload of `family`."""
     families = families_of(store, model_key(task.device_key, task.target))
     return any(fam == family for wk, fam in families.items() if wk != task.workload_key)
 
 
-def relatives(store: RecordStore, task: TuneTask) -> list[TuneTask]:
+def relatives(store: ModelStore, task: TuneTask) -> list[TuneTask]:
     """The other workloads of the task's model key of its operator family (by their anchor
     block's structure, farm/tir/family.py: a dense layer's relatives are dense layers and
     matmuls of other shapes and epilogues, never a convolution) that have a best record,
@@ -185,7 +185,7 @@ def replay(decisions: Decisions, space: Schedule, mod: IRModule,
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
-def seeds(store: RecordStore, task: TuneTask, limit: int
+def seeds(store: ModelStore, task: TuneTask, limit: int
           ) -> Callable[[TuneContext], list[tuple[MeasureCandidate, str]]] | None:
     """Up to `limit` candidates from the relatives' best schedules, each with its source
     ("transfer:<relative's name>"), as a function of the round's TuneContext (the search

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from farm.core.cores import usable_cores
 
 if TYPE_CHECKING:
-    from farm.store import RecordStore
+    from farm.store.phones import PhoneLedger
 
 MAX_POOL = 6  # a worker's own rounds (lent ones come on top)
 LEND_ROUNDS = 2  # rounds a host runs beyond its own two while helpers search them
@@ -194,7 +194,7 @@ class Gate:
         os.replace(tmp, os.path.join(self.dir, "host.json"))
 
 
-def phone_speed(store: RecordStore, key: str, on_tracker: tuple[str, ...]) -> float | None:
+def phone_speed(store: PhoneLedger, key: str, on_tracker: tuple[str, ...]) -> float | None:
     """The mean measurement time (s) of the key's phones on this host's tracker (None: none
     of them has measured yet)."""
     mine = [s for s in store.phone_stats() if s.key == key and s.phone in on_tracker]

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from farm.core import keys
 from farm.core.messages import RoundRequest
 from farm.jobs.dispatch import queued_rounds
-from farm.store import RecordStore
+from farm.store.hosts import HostRegistry
+from farm.store.store import FarmView
 from workers.round.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,13 @@ log = logging.getLogger(__name__)
 HOLD_S = 3.0  # a handing-off round's worker stays busy this long (the idle host polls each 1 s)
 
 
-def idle_hosts(store: RecordStore, key: str, me: str) -> list[str]:
+def idle_hosts(store: HostRegistry, key: str, me: str) -> list[str]:
     """The other live hosts with phones of `key` that run no round of it (their heartbeats)."""
     return [h.name for h in store.hosts() if h.name != me and h.rounds.get(key) == 0
             and h.phones.get(key, {}).get("total", 0) > 0]
 
 
-def hand_to(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> str | None:
+def hand_to(ctx: WorkerContext, store: FarmView, req: RoundRequest) -> str | None:
     """The idle host this round should hand the rest of its trials to, claimed; None: go on."""
     if ctx.gate is None or ctx.gate.running(req.device_key) < 2:
         return None
@@ -61,7 +62,7 @@ def hand_to(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> str | 
     return None
 
 
-def checker(ctx: WorkerContext, store: RecordStore, req: RoundRequest) -> Callable[[], bool] | None:
+def checker(ctx: WorkerContext, store: FarmView, req: RoundRequest) -> Callable[[], bool] | None:
     """What the round's search asks before each batch after its first: True ends the round
     (its rest goes to an idle host). None: this round never hands off."""
     if ctx.gate is None or not ctx.config.round_handoff:

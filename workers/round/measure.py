@@ -22,8 +22,8 @@ from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
 from farm.store import RecordStore, TaskState
-from farm.store.jobs import added
-from farm.store.store import updated
+from farm.store.jobs import JobWriter, added
+from farm.store.store import FarmView, updated
 from workers.round.account import RoundClock, account
 from workers.round.context import WorkerContext
 from workers.round.handoff import checker
@@ -70,7 +70,7 @@ def has_single_schedule(mod: IRModule, target: Target) -> bool:
     return not any(inst.kind.name.startswith("Sample") for inst in spaces[0].trace.insts)
 
 
-def wait_for_phone(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
+def wait_for_phone(ctx: WorkerContext, store: JobWriter, req: RoundRequest,
                    state: TaskState) -> int:
     """Phones of the request's key on this host's tracker; waits (bounded) when there are none."""
     deadline = time.monotonic() + ctx.config.device_wait_s
@@ -143,7 +143,7 @@ def run_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest,
         return _leased(rnd)
 
 
-def _slot(ctx: WorkerContext, store: RecordStore,
+def _slot(ctx: WorkerContext, store: FarmView,
           req: RoundRequest) -> AbstractContextManager[int | None]:
     """A slot of the host's gate (workers/round/gate.py): how many rounds run at once follows the
     phones' and the host's measured speed. No gate (a fixed --concurrency): no wait. A round

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from farm.core.aliases import IRModule, Target
 from farm.core.messages import RoundRequest, TuneTask
-from farm.store import RecordStore
+from farm.store.store import ModelStore, RecordReader
 from workers.round.context import WorkerContext
 from workers.round.loop import BATCH
 
@@ -35,7 +35,7 @@ class Workload:
     tuned: TunedWorkload
 
     @classmethod
-    def load(cls, store: RecordStore, task: TuneTask) -> Workload:
+    def load(cls, store: RecordReader, task: TuneTask) -> Workload:
         import tvm
 
         from farm.devices import intrinsics
@@ -64,7 +64,7 @@ class Where:
     origins: dict[str, str] | None = None  # where seeds came from, for their records' source
 
 
-def search_round(ctx: WorkerContext, store: RecordStore, req: RoundRequest, task: TuneTask,
+def search_round(ctx: WorkerContext, store: ModelStore, req: RoundRequest, task: TuneTask,
                  w: Workload, trials: int, where: Where, single: bool = False,
                  phones: int = 0) -> tuple[RoundFacts, dict[str, int], dict[str, float]]:
     """Search, build and have measured `trials` new candidates of the round's workload: what

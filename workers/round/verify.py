@@ -17,7 +17,8 @@ from farm.core.errors import ServiceError, UsageError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
-from farm.store import RecordStore, StoredRecord
+from farm.store import StoredRecord
+from farm.store.store import RecordReader
 from farm.tir.module import load_mod
 from workers.metaschedule.database import tuning_record
 from workers.metaschedule.runner import classify_run_error
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 DRIFT_WARN = 0.2  # a best that measures 20 % away from its stored time is flagged
 
 
-def verify_bests(store: RecordStore, tracker: str, profile: DeviceProfile, config: FarmConfig,
+def verify_bests(store: RecordReader, tracker: str, profile: DeviceProfile, config: FarmConfig,
                  workload_keys: list[str] | None = None) -> list[JsonDict]:
     """One row per workload of the profile's key with a best record: stored us, measured us,
     drift (measured / stored - 1), or the error that kept it from running."""

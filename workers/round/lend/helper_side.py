@@ -35,8 +35,8 @@ from farm.core.aliases import JsonDict, MeasureCandidate
 from farm.core.config import FarmConfig
 from farm.core.errors import TuneError
 from farm.core.messages import RoundRequest
-from farm.store import RecordStore
 from farm.store.sessions import SearchSessions
+from farm.store.store import ModelStore
 from workers.metaschedule.identity import BuildIdentity, this_host
 from workers.metaschedule.search import TunedWorkload
 from workers.round.context import WorkerContext
@@ -153,7 +153,7 @@ class ToPhoneHost:
         return self._got[index][i]
 
 
-def serve_session(ctx: WorkerContext, store: RecordStore, payload: JsonDict) -> JsonDict:
+def serve_session(ctx: WorkerContext, store: ModelStore, payload: JsonDict) -> JsonDict:
     """The helper's task: claim the session, search and build the round's batches, measured
     by the phone host; the last item says how the search ended."""
     sid = str(payload["session"])
@@ -197,7 +197,7 @@ def _other_tvm(host: str, payload: JsonDict) -> str | None:
     return f"helper {host} runs TVM {tvm.__version__}, the phone host TVM {theirs}"
 
 
-def _search(ctx: WorkerContext, store: RecordStore, sessions: SearchSessions, sid: str,
+def _search(ctx: WorkerContext, store: ModelStore, sessions: SearchSessions, sid: str,
             req: RoundRequest, trials: int) -> tuple[dict[str, int], str, dict[str, float]]:
     """The round's search (workers/round/tuning.py), its batches measured by the phone host,
     which commits the records and hands off; the search's counts, what ranked it and the CPU

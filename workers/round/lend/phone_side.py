@@ -55,8 +55,9 @@ from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError
 from farm.core.profiles import DeviceProfile
 from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
-from farm.store import RecordStore
+from farm.store.hosts import HostRegistry
 from farm.store.sessions import SearchSessions
+from farm.store.store import FarmView
 from workers.metaschedule.identity import BuildIdentity, this_host
 from workers.round.context import WorkerContext
 from workers.round.lend.helper_side import BEAT_S, beating, results_blob, session_ttl, unpack
@@ -81,12 +82,12 @@ class Helpers:
     room: int
 
     @classmethod
-    def read(cls, store: RecordStore) -> Helpers:
+    def read(cls, store: HostRegistry) -> Helpers:
         beats = [h for h in store.hosts() if SEARCH_QUEUE in h.queues]
         return cls(tuple(sorted(h.name for h in beats)), sum(max(0, h.searches) for h in beats))
 
 
-def lend_rounds(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phones: int,
+def lend_rounds(ctx: WorkerContext, store: FarmView, profile: DeviceProfile, phones: int,
                 phone_s: Callable[[], float | None] | None = None) -> int:
     """Rounds of the key this host may have lent at once: its open sessions and the helpers'
     free ones (0 when its rounds do not lend). `phone_s`: the phones' measured speed, when
@@ -99,7 +100,7 @@ def lend_rounds(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, 
     return mine + max(0, alive.room - len(live))
 
 
-def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phones: int,
+def wanted(ctx: WorkerContext, store: FarmView, profile: DeviceProfile, phones: int,
            alive: Helpers, phone_s: Callable[[], float | None] | None = None) -> str | None:
     """Why this round lends its search to one of the `alive` helpers; None: it searches here.
     `phone_s`: the mean measurement time of the key's phones here (default: asked of the
@@ -123,7 +124,7 @@ def wanted(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile, phone
     return None
 
 
-def _phone_s(ctx: WorkerContext, store: RecordStore, profile: DeviceProfile) -> float | None:
+def _phone_s(ctx: WorkerContext, store: FarmView, profile: DeviceProfile) -> float | None:
     from farm.devices import tracker as tracker_mod
     from workers.round.gate import phone_speed
 
