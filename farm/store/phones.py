@@ -11,15 +11,15 @@ address a worker's session connected to (workers/metaschedule/runner.py learns i
   that measured nothing while its key had work shows idle time and 0 busy seconds;
   idle_s = work_s - busy_s.
 - *Heat*: its thermometer's readings (farm/devices/thermometer.py): the fastest reading is
-  its baseline; a reading more than a share slower is hot, sets it aside for a rest and is
-  counted (`hot`); the time of its last cool reading bounds which measurements a hot one
+  its baseline; two readings in a row more than a share slower make it hot, set it aside
+  for a rest and are counted (`hot`); the time of its last cool reading bounds which measurements a hot one
   puts in doubt.
 
 Contract of every `PhoneLedger` (tests/unit/test_store_*.py): spans add to their
 phone's totals (busy, measurements, device lost) and to their job's list, in order;
 `add_phone_work` adds to work_s and makes a phone known even before it measured;
-`phone_heat` keeps the fastest reading as the baseline, sets a hot phone aside and answers
-the last cool reading's time.
+`phone_heat` keeps the fastest reading as the baseline, sets a phone aside on its second
+reading in a row over the share and answers the last cool reading's time.
 """
 
 from __future__ import annotations
@@ -214,14 +214,25 @@ def phone_stat(member: str, raw: dict[str, str]) -> PhoneStat:
                      hot=int(float(raw.get("hot", 0))))
 
 
+# readings in a row over the share that make a phone hot: heat lasts, a moment's load on the
+# phone (another app, a burst of the OS) does not; one slow reading alone rested a cool phone
+# for minutes. The readings between stay in doubt all the same: the last cool one bounds them.
+HEAT_CONFIRM = 2
+
+
 def heat_verdict(raw: dict[str, str], us: float, at: float, share: float,
                  rest_s: float) -> tuple[bool, float, float, dict[str, str]]:
     """`phone_heat`'s rule on a phone's ledger fields (both backends): (hot, baseline, last
-    cool reading before, the fields to write)."""
+    cool reading before, the fields to write). Hot: HEAT_CONFIRM readings in a row more than
+    `share` slower than the baseline (the first of them is neither hot nor cool)."""
     base = float(raw.get("heat_base_us") or 0)
     cool_at = float(raw.get("heat_cool_at") or 0)
-    hot = base > 0 and us > base * (1 + share)
-    out = {"heat_us": repr(us), "heat_at": repr(at)}
+    over = base > 0 and us > base * (1 + share)
+    in_a_row = int(float(raw.get("heat_over") or 0)) + 1 if over else 0
+    hot = in_a_row >= HEAT_CONFIRM
+    out = {"heat_us": repr(us), "heat_at": repr(at), "heat_over": str(in_a_row)}
+    if over and not hot:
+        return False, base, cool_at, out
     if hot:
         out |= {"hot": str(int(float(raw.get("hot") or 0)) + 1), "aside_why": "hot",
                 "aside_until": repr(max(float(raw.get("aside_until") or 0), at + rest_s))}

@@ -112,14 +112,19 @@ def test_a_phone_slower_than_its_fastest_reading_by_more_than_the_share_is_hot(s
     assert store.phone_heat("k", "p:1", 30.0, at=1010.0, **args) == (False, 30.0, 1000.0)
     assert store.phone_heat("k", "p:1", 37.0, at=1020.0, **args) == (False, 30.0, 1010.0)
     assert store.phone_heat("k", "p:2", 80.0, at=1025.0, **args) == (False, 80.0, 0.0)  # its own
+    # one slow reading is not heat: a moment's load; the next one, cool, clears it
+    assert store.phone_heat("k", "p:1", 39.0, at=1022.0, **args) == (False, 30.0, 1020.0)
+    assert store.phone_heat("k", "p:1", 36.0, at=1024.0, **args) == (False, 30.0, 1020.0)
+    assert store.phone_heat("k", "p:1", 38.5, at=1026.0, **args) == (False, 30.0, 1024.0)
+    assert {s.phone: s for s in store.phone_stats()}["p:1"].aside_until == 0.0
     hot, base, cool_at = store.phone_heat("k", "p:1", 38.0, at=1030.0, **args)  # 30 * 1.25 < 38
-    assert (hot, base, cool_at) == (True, 30.0, 1020.0)
+    assert (hot, base, cool_at) == (True, 30.0, 1024.0)  # the second slow one in a row
     stats = {s.phone: s for s in store.phone_stats()}
     assert stats["p:1"].aside_until == 1130.0 and stats["p:1"].aside_why == "hot"
     assert stats["p:1"].hot == 1 and stats["p:1"].heat_base_us == 30.0
     assert stats["p:1"].heat == pytest.approx(38.0 / 30.0 - 1)
     assert stats["p:2"].hot == 0 and stats["p:2"].aside_until == 0.0
     # a hot reading neither lowers the baseline nor counts as the last cool one
-    assert store.phone_heat("k", "p:1", 31.0, at=1040.0, **args) == (False, 30.0, 1020.0)
+    assert store.phone_heat("k", "p:1", 31.0, at=1040.0, **args) == (False, 30.0, 1024.0)
     assert store.phone_lost("k", "p:2", at=1050.0, window_s=60.0, limit=1, aside_s=5.0)
     assert {s.phone: s.aside_why for s in store.phone_stats()}["p:2"] == "lost"
