@@ -24,7 +24,8 @@ Contract:
 - `submit`'s keywords are `farm submit`'s flags, with the same defaults and meanings
   (farm/pipeline/options.py): `trials=N` is a job budget, and a task may take all of it
   unless `trials_per_task` caps it, as `--trials N`.
-- Progress: `report=` gets each line as text (as the command prints it on stderr);
+- Progress: `on_line=` gets each line as text (as the command prints it on stderr; `report=`,
+  its name before, is still understood);
   `on_progress=` gets a `Progress` (farm/client/jobs.py) at each change while the job runs.
 - Errors are `farm.FarmError`s naming their subject, as on the command line.
 """
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from farm.client.progress import LiveView
     from farm.core.messages import JobSpec
 
-Report = Callable[[str], None]  # a progress line
+OnLine = Callable[[str], None]  # a progress line
 OnProgress = Callable[[Progress], None]
 
 
@@ -92,25 +93,27 @@ class Job:
 
     def resume(self, *, out: str | Path | None = None, wait: bool = True,
                timeout_s: float | None = None, allow_pickle: bool = False,
-               report: Report | None = None, on_progress: OnProgress | None = None,
-               progress: bool = False) -> Job:
+               on_line: OnLine | None = None, on_progress: OnProgress | None = None,
+               progress: bool = False, report: OnLine | None = None) -> Job:
         """As `farm resume JOB`: continue the job from the records in the store (only what is
         missing is measured), into `out` (default: its own); with `wait=False` (a lab farm)
         return once dispatched. This Job, its summary set when it was compiled. `progress`:
         the live view while it waits, as `Farm.submit`'s."""
         from farm.client.jobs import resume
 
-        result = resume(self.job_id, self.farm.config, report or quiet,
+        on_line = _one(on_line, report)
+        result = resume(self.job_id, self.farm.config, on_line or quiet,
                         out=None if out is None else Path(out), wait=wait,
                         timeout_s=timeout_s, allow_pickle=allow_pickle,
-                        view=_feed(report, on_progress, progress))
+                        view=_feed(on_line, on_progress, progress))
         self.out = Path(result["out"])
         self.out_given = self.out_given or out is not None
         self.summary = result if "tasks" in result else None
         return self
 
-    def wait(self, timeout_s: float | None = None, report: Report | None = None,
-             on_progress: OnProgress | None = None, *, progress: bool = False) -> JsonDict:
+    def wait(self, timeout_s: float | None = None, on_line: OnLine | None = None,
+             on_progress: OnProgress | None = None, *, progress: bool = False,
+             report: OnLine | None = None) -> JsonDict:
         """Wait for the job, then finalize and compile it into `out` (as `farm wait`); the
         summary. A non-empty `out` is replaced when this process named it (`submit`'s out,
         `resume`'s out=) or when it holds a result of the farm's, never else. A job of the
@@ -124,9 +127,10 @@ class Job:
         # a store others can write must not name a folder for this call to delete (as
         # `farm resume`, `farm wait`)
         force = self.out_given or (self.out is not None and is_result(self.out))
-        self.summary = follow(self.job_id, self.farm.config, report or quiet, out=self.out,
+        on_line = _one(on_line, report)
+        self.summary = follow(self.job_id, self.farm.config, on_line or quiet, out=self.out,
                               force=force, timeout_s=timeout_s,
-                              view=_feed(report, on_progress, progress))
+                              view=_feed(on_line, on_progress, progress))
         return self.summary
 
 
@@ -257,8 +261,9 @@ class Farm:
                dtype: str = DEFAULT_DTYPE, allow_pickle: bool = False,
                tracker: str | None = None, wait: bool = True, timeout_s: float | None = None,
                wait_for_devices_s: float = 0.0, priority: str = DEFAULT_PRIORITY,
-               name: str | None = None, force: bool = False, report: Report | None = None,
-               on_progress: OnProgress | None = None, progress: bool = False) -> Job:
+               name: str | None = None, force: bool = False, on_line: OnLine | None = None,
+               on_progress: OnProgress | None = None, progress: bool = False,
+               report: OnLine | None = None) -> Job:
         """Tune `model` (a .pt2/.pt path, or an nn.Module with `example_inputs`) and compile
         it into `out`. The keywords are `farm submit`'s flags (`early_stop_rounds`:
         --early-stop, `wait=False`: --no-wait, a lab farm only; `name`: --name, then
@@ -273,6 +278,7 @@ class Farm:
 
         config = self._config(device_key=device_key, round_trials=round_trials,
                               phones=phones)
+        on_line = _one(on_line, report)
         per_task, budget = trial_budgets(trials_per_task, trials, zero_is_none=True)
         out = Path(out)
         with model_file(model, example_inputs, out, keep=not wait) as path:
@@ -282,8 +288,8 @@ class Farm:
                 allow_pickle=allow_pickle, force=force, wait=wait, timeout_s=timeout_s,
                 tracker=tracker, wait_for_devices_s=wait_for_devices_s, priority=priority,
                 name=check_job_name(name))
-            result = submit(opts, config, report=report or quiet,
-                            view=_feed(report, on_progress, progress))
+            result = submit(opts, config, say=on_line or quiet,
+                            view=_feed(on_line, on_progress, progress))
         job = Job(self, result["job_id"], out, out_given=True)
         if "tasks" in result:
             job.summary = result
@@ -324,20 +330,28 @@ def model_file(model: str | Path | TorchModule, example_inputs: tuple[object, ..
 
 
 def quiet(_line: str) -> None:
-    """A `report` that drops the lines: the API's when no `report` callback is given."""
+    """An `on_line` that drops the lines: the API's when no `on_line` callback is given."""
 
 
-def _feed(report: Report | None, on_progress: OnProgress | None,
+def _one(on_line: OnLine | None, report: OnLine | None) -> OnLine | None:
+    """The progress-line callback, by its name (`on_line`) or its name before (`report`)."""
+    if on_line is not None and report is not None:
+        raise UsageError("on_line= and report= are the same callback (report= is its name "
+                         "before): pass one", subject="report=")
+    return on_line if on_line is not None else report
+
+
+def _feed(on_line: OnLine | None, on_progress: OnProgress | None,
           progress: bool = False) -> ProgressFeed | LiveView | Views | None:
-    """The waiting job's view for `on_progress` (and `report`) and, with `progress`, its live
-    view (farm/client/progress.py) beside the lines to `report`; None: lines to `report`
-    (the wait reports them itself when no view is given)."""
+    """The waiting job's view for `on_progress` (and `on_line`) and, with `progress`, its
+    live view (farm/client/progress.py) beside the lines to `on_line`; None: lines to
+    `on_line` (the wait says them itself when no view is given)."""
     from farm.client.jobs import ProgressFeed
     from farm.client.progress import live_view
 
-    # a view replaces the wait's own lines: `report` gets them from the feed
-    fed = on_progress is not None or (progress and report is not None)
-    feed = ProgressFeed(report or quiet, on_progress) if fed else None
+    # a view replaces the wait's own lines: `on_line` gets them from the feed
+    fed = on_progress is not None or (progress and on_line is not None)
+    feed = ProgressFeed(on_line or quiet, on_progress) if fed else None
     if not progress:
         return feed
     return live_view() if feed is None else Views([feed, live_view()])

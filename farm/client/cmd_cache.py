@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.client.common import config_of, report, store_of
+from farm.client.common import config_of, say, store_of
 from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 from farm.store import RecordStore
@@ -33,7 +33,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def verify(config: FarmConfig, tracker: str | None, workload_keys: list[str] | None,
-           report: Callable[[str], None]) -> tuple[str, list[JsonDict]]:
+           say: Callable[[str], None]) -> tuple[str, list[JsonDict]]:
     """`farm cache verify` and `farm.Cache.verify`: measure the stored bests of the config's
     device key (or of `workload_keys`) again on a phone of the key: the `tracker`'s (a lab
     farm's store needs one), else the embedded farm's emulated phones. (The device key, a
@@ -42,7 +42,7 @@ def verify(config: FarmConfig, tracker: str | None, workload_keys: list[str] | N
     from farm.store import configured_store
     from workers.round.verify import verify_bests
 
-    profile = tuned_profile(config, report)
+    profile = tuned_profile(config, say)
     if config.store_url:
         if not tracker:
             raise UsageError("verifying a lab farm's store needs a tracker with phones of the "
@@ -69,7 +69,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
     config = config_of(args, broker_url=args.broker, device_key=args.device_key)
     wks = args.workload_keys.split(",") if args.workload_keys else None
-    key, rows = verify(config, args.tracker, wks, report)
+    key, rows = verify(config, args.tracker, wks, say)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -122,7 +122,7 @@ def _import(args: argparse.Namespace, store: RecordsAndJobs) -> None:
 
     config = config_of(args, broker_url=getattr(args, "broker", None))
     key = args.device_key or config.device_key
-    profile = tuned_profile(replace(config, device_key=key), report)
+    profile = tuned_profile(replace(config, device_key=key), say)
     got = cache.import_log(store, Path(args.folder), profile, retarget=args.retarget)
     print(f"imported {got.new} new records of {got.workloads} workloads for device key "
           f"{key} ({got.known} already stored); unverified until a phone of the farm "

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.client.common import config_of, report, store_of
+from farm.client.common import config_of, say, store_of
 from farm.core.aliases import JsonDict
 from farm.core.errors import UsageError
 
@@ -34,7 +34,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         wait_for_devices_s=args.wait_for_devices, priority=args.priority,
         name=check_job_name(args.name),
     )
-    summary = submit(opts, config, report=report, view=_live_view())
+    summary = submit(opts, config, say=say, view=_live_view())
     return _print_summary(summary, opts.out, args.json)
 
 
@@ -67,7 +67,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from farm.client.jobs import resume
 
     out = Path(args.out) if args.out else None
-    summary = resume(args.job, config_of(args, broker_url=args.broker), report, out=out,
+    summary = resume(args.job, config_of(args, broker_url=args.broker), say, out=out,
                      wait=not args.no_wait, timeout_s=args.timeout,
                      allow_pickle=args.allow_pickle, view=_live_view())
     return _print_summary(summary, Path(summary["out"]), args.json)
@@ -78,7 +78,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
     config = config_of(args, broker_url=args.broker)
     out = Path(args.out) if args.out else None
-    summary = follow(args.job, config, report, out=out, force=args.force,
+    summary = follow(args.job, config, say, out=out, force=args.force,
                      timeout_s=args.timeout, allow_pickle=args.allow_pickle,
                      view=_live_view())
     return _print_summary(summary, out or Path(summary.get("out", ".")), args.json)

@@ -28,6 +28,6 @@ def store_of(args: argparse.Namespace) -> Iterator[RecordStore]:
         yield store
 
 
-def report(line: str) -> None:
+def say(line: str) -> None:
     """A job's progress line, on stderr (stdout keeps what a script reads)."""
     print(line, file=sys.stderr, flush=True)

@@ -43,7 +43,7 @@ def cancel(store: RecordsAndJobs, job_id: str) -> str:
     return job_id
 
 
-def resume(job_id: str, config: FarmConfig, report: Callable[[str], None], *,
+def resume(job_id: str, config: FarmConfig, say: Callable[[str], None], *,
            out: Path | None = None, wait: bool = True, timeout_s: float | None = None,
            allow_pickle: bool = False, view: View | None = None) -> JsonDict:
     """`farm resume JOB`: continue a job from the records in the store (only what is missing
@@ -61,7 +61,7 @@ def resume(job_id: str, config: FarmConfig, report: Callable[[str], None], *,
     # the job's own --out is replaced only when it holds a result of the farm's (a store
     # others can write must not name a folder for this command to delete)
     opts = replace(opts, force=out is not None or is_result(opts.out))
-    result = submit(opts, config, report=report, resume=job.job_id, view=view)
+    result = submit(opts, config, say=say, resume=job.job_id, view=view)
     result.setdefault("out", str(opts.out))  # a job not waited for: where it will be
     return result
 
@@ -124,9 +124,9 @@ class ProgressFeed:
     callbacks: the line to `report` (as without a view), a Progress to `on_progress`. The
     job's whole view is read only when its line changed (a task's state or the trials)."""
 
-    def __init__(self, report: Callable[[str], None],
+    def __init__(self, say: Callable[[str], None],
                  on_progress: Callable[[Progress], None] | None) -> None:
-        self.report, self.on_progress = report, on_progress
+        self.say, self.on_progress = say, on_progress
         self.last = ""
 
     def __call__(self, store: FarmView, job: JobSpec) -> None:
@@ -136,7 +136,7 @@ class ProgressFeed:
         if line == self.last:
             return
         self.last = line
-        self.report(line)
+        self.say(line)
         if self.on_progress is not None:
             from farm.client.progress import job_view
 

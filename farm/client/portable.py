@@ -38,4 +38,4 @@ def prepare(model: str | Path | TorchModule, example_inputs: tuple[object, ...] 
         with model_file(model, example_inputs, out) as path:
             opts = SubmitOptions(model=Path(path), out=out, input_shape=input_shape, dtype=dtype,
                                  allow_pickle=allow_pickle)
-            return prepare_stages(Submission(opts, lab.config, report=quiet)).extracted.fused
+            return prepare_stages(Submission(opts, lab.config, say=quiet)).extracted.fused

@@ -64,17 +64,17 @@ class Submission:
 
     opts: SubmitOptions
     config: FarmConfig
-    report: Callable[[str], None] = print
+    say: Callable[[str], None] = print
     view: View | None = None
     t0: float = field(default_factory=time.monotonic)
 
 
-def submit(opts: SubmitOptions, config: FarmConfig, report: Callable[[str], None] = print,
+def submit(opts: SubmitOptions, config: FarmConfig, say: Callable[[str], None] = print,
            resume: str | None = None, view: View | None = None) -> JsonDict:
     """Run a job end to end (or, with `resume`, the rest of an earlier job); return the
     summary (also written to <out>/summary.json)."""
-    sub = Submission(opts, config, report, view)
-    preflight(opts, config, report)  # bad input fails here: nothing started, nothing written
+    sub = Submission(opts, config, say, view)
+    preflight(opts, config, say)  # bad input fails here: nothing started, nothing written
     # a lab farm: read the model before dispatching. The embedded farm starts first, so
     # that its worker warms up (TVM's tensor intrinsics: ~30 s) while the model is read.
     prep = prepare(sub, opts.tracker) if config.broker_url else None
@@ -112,33 +112,33 @@ def prepare(sub: Submission, tracker: str | None = None) -> Prepared:
     that leaves out its limits takes them from a phone of `tracker`."""
     from farm.devices.opencl import fill_limits
 
-    opts, report = sub.opts, sub.report
-    profile = tuned_profile(sub.config, report, opts.target_cpu)
+    opts, say = sub.opts, sub.say
+    profile = tuned_profile(sub.config, say, opts.target_cpu)
     target = fill_limits(profile.target, profile.key, tracker)
     if target != profile.target:
         profile = replace(profile, target=target)
-        report(f"device key {profile.key}: the GPU's limits read from a phone: "
+        say(f"device key {profile.key}: the GPU's limits read from a phone: "
                + ", ".join(f"{k} {target[k]}" for k in ("max_threads_per_block",
                                                          "max_shared_memory_per_block")))
     # in a child process that holds no secret of the farm (farm/pipeline/reader.py)
     bundle = load_apart(opts.model, ingest_stage.parse_shapes(opts.input_shape), opts.dtype,
                         opts.allow_pickle, threads=profile.threads, hide=[sub.config.home])
-    report(f"ingest: {opts.model} ({bundle.fmt}), inputs "
+    say(f"ingest: {opts.model} ({bundle.fmt}), inputs "
            f"{[list(x.shape) for x in bundle.inputs]}, torch {bundle.torch_us:.0f} us")
     extracted = extract_stage.extract(bundle.mod, profile, bundle.name)
-    report(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
+    say(f"extract: {len(extracted.tasks)} tuning tasks for device key {profile.key}")
     return Prepared(bundle=bundle, extracted=extracted, profile=profile)
 
 
-def tuned_profile(config: FarmConfig, report: Callable[[str], None],
+def tuned_profile(config: FarmConfig, say: Callable[[str], None],
                   cpu: str | None = None) -> DeviceProfile:
     """The profile of config.device_key for the CPU it is tuned for: `cpu` (a resumed job's
     own), else `target_cpu`."""
     return resolve_profile(config.device_key, config.profiles).on_cpu(
-        cpu if cpu is not None else target_cpu(config, report))
+        cpu if cpu is not None else target_cpu(config, say))
 
 
-def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
+def target_cpu(config: FarmConfig, say: Callable[[str], None]) -> str:
     """The CPU a `host_cpu` profile (cpu-local) is tuned for: this machine's for the embedded
     farm; on a lab farm, the CPU the hosts with phones of the key report in their heartbeats
     (this machine's when none does)."""
@@ -152,7 +152,7 @@ def target_cpu(config: FarmConfig, report: Callable[[str], None]) -> str:
     finally:
         store.close()
     if found is None:
-        report(f"no worker host reports its CPU for key {config.device_key}: tuning for this "
+        say(f"no worker host reports its CPU for key {config.device_key}: tuning for this "
                f"machine's ({system_cpu() or 'generic'})")
         return system_cpu()
     return found
@@ -207,7 +207,7 @@ def dispatch_job(farm: Farm, sub: Submission, prep: Prepared,
     send_first_rounds(farm, job, plans, first_round)
     planned = budget or sum(p.needed for p in plans)
     verb = f"resumed (run {run + 1})" if resume else "submitted"
-    sub.report(f"plan: job {job_id} {verb}: {planned} trials to measure, "
+    sub.say(f"plan: job {job_id} {verb}: {planned} trials to measure, "
                f"{sum(1 for p in plans if p.cached)} of {len(plans)} tasks from the store")
     if not todo:  # nothing to tune: the job is finished now
         finalize_stage.finalize_job(farm.store, job, by=CLIENT)
@@ -278,12 +278,12 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
     """Stages 5-7 for a dispatched job: wait for the workers (the store is the truth, not a
     chord callback), finalize (once per job, whoever comes first), compile and check against
     torch, write <out>. Used by `farm submit`, `farm resume` and `farm wait`."""
-    opts, config, report, tasks = sub.opts, sub.config, sub.report, prep.extracted.tasks
+    opts, config, say, tasks = sub.opts, sub.config, sub.say, prep.extracted.tasks
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.partial-", dir=opts.out.parent))
     try:
         t_tune = time.monotonic()
-        wait_for_job(farm, job, report, opts.timeout_s, view=sub.view,
+        wait_for_job(farm, job, say, opts.timeout_s, view=sub.view,
                      full_grace_s=config.supervisor_interval_s + config.host_ttl_s)
         tuning_s = time.monotonic() - t_tune
         # 6. finalize: the job's best record per workload (fixed once) -> one JSONDatabase.
@@ -302,7 +302,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
         from_store = {t.workload_key: max(0, farm.store.record_count(t.workload_key)
                                           - measured.get(t.workload_key, 0)) for t in tasks}
         # 7. compile, check against torch, benchmark on a phone of the key.
-        report("compile: building tuned and untuned models, checking against torch")
+        say("compile: building tuned and untuned models, checking against torch")
         result = compile_stage.compile_and_check(compile_stage.ModelCheck(
             fused=prep.extracted.fused, target_json=prep.profile.target_json(),
             log_dir=staging / "best", out_dir=staging, inputs=prep.bundle.inputs,
@@ -336,7 +336,7 @@ def complete(farm: Farm, job: JobSpec, prep: Prepared, sub: Submission) -> JsonD
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
+def follow(job_id: str, config: FarmConfig, say: Callable[[str], None],
            out: Path | None = None, force: bool = False,
            timeout_s: float | None = None, allow_pickle: bool = False,
            view: View | None = None) -> JsonDict:
@@ -360,13 +360,13 @@ def follow(job_id: str, config: FarmConfig, report: Callable[[str], None],
             check_out_dir(opts.out, opts.force)
             check_out_writable(opts.out, [opts.model, Path(config.home)])
             # the job's own device key (its profile); the rest of the config as it is here
-            sub = Submission(opts, replace(config, device_key=job.device_key), report,
+            sub = Submission(opts, replace(config, device_key=job.device_key), say,
                              view=view, t0=t0)
             prep = prepare(sub, opts.tracker)
             check_same_tasks(job, prep, opts.model)
             return complete(farm, job, prep, sub)
-        wait_for_job(farm, job, report, timeout_s, view=view)
+        wait_for_job(farm, job, say, timeout_s, view=view)
         picks = finalize_stage.finalize_job(farm.store, job, by=CLIENT)
-        report(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
+        say(f"job {job_id}: finalized ({len(picks)} of {len(job.workload_keys)} tasks have a "
                f"best record); {opts.model} is not readable here, so it was not compiled")
         return {"job_id": job_id, "state": "finalized", "best_records": len(picks)}

@@ -105,7 +105,7 @@ def check_tracker(addr: str, device_key: str, wait_s: float) -> None:
 
 
 def preflight(opts: SubmitOptions, config: FarmConfig,
-              report: Callable[[str], None]) -> None:
+              say: Callable[[str], None]) -> None:
     """Every check bad input can fail, before a service starts or a byte is written: the
     flags, the model file (never unpickled here), --out, the device key, --tracker, and a lab
     farm's store and phones. Cheap checks first; TVM is imported only for a --tracker."""
@@ -145,7 +145,7 @@ def preflight(opts: SubmitOptions, config: FarmConfig,
     finally:
         store.close()
     if profile.key not in known_keys(config.profiles):
-        report(f"device key {profile.key} has no profile here: tuning for target "
+        say(f"device key {profile.key} has no profile here: tuning for target "
                f"{canonical_target(profile.target)} (describe the device in farm.toml as "
                f"[profiles.{profile.key}] if that is not what it is)")
 

@@ -19,7 +19,7 @@ View = Callable[[FarmView, JobSpec], None]
 STORE_OUTAGE_S = 180.0  # how long a waiting client tolerates an unreachable store
 
 
-def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
+def wait_for_job(farm: Farm, job: JobSpec, say: Callable[[str], None],
                  timeout_s: float | None, poll_s: float = 0.25,
                  view: View | None = None, full_grace_s: float = 35.0) -> dict[str, TaskState]:
     """Poll the store until every task of the job is done, exhausted or failed. Only waits
@@ -30,14 +30,14 @@ def wait_for_job(farm: Farm, job: JobSpec, report: Callable[[str], None],
     end into it) ends the wait with StoreError. A view with a `close()` (the client's
     LiveView: the terminal's cursor back) is closed when the wait ends, however it ends."""
     try:
-        return _wait(farm, job, report, timeout_s, poll_s, view, full_grace_s)
+        return _wait(farm, job, say, timeout_s, poll_s, view, full_grace_s)
     finally:
         close = getattr(view, "close", None)
         if close is not None:
             close()
 
 
-def _wait(farm: Farm, job: JobSpec, report: Callable[[str], None], timeout_s: float | None,
+def _wait(farm: Farm, job: JobSpec, say: Callable[[str], None], timeout_s: float | None,
           poll_s: float, view: View | None, full_grace_s: float) -> dict[str, TaskState]:
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = ""
@@ -59,12 +59,12 @@ def _wait(farm: Farm, job: JobSpec, report: Callable[[str], None], timeout_s: fl
                 raise ServiceError(f"the store has been unreachable for {STORE_OUTAGE_S:.0f} s: "
                                    f"{e}", subject=f"job {job.job_id}",
                                    hint=f"the job goes on; `farm wait {job.job_id}` later") from e
-            report(f"job {job.job_id}: store unreachable ({e}); retrying")
+            say(f"job {job.job_id}: store unreachable ({e}); retrying")
             time.sleep(2)
             continue
         line = progress_line(job, states, measured)
         if view is None and line != last:
-            report(line)
+            say(line)
             last = line
         if len(states) >= len(job.workload_keys) and all(
                 states[wk].terminal for wk in job.workload_keys if wk in states):

@@ -25,7 +25,7 @@ def test_an_nn_module_is_tuned_from_python_on_the_embedded_farm(tmp_path, monkey
     seen: list[str] = []
     progress: list[farm.Progress] = []
     job = lab.submit(net, example_inputs=(torch.randn(2, 21),), trials_per_task=2,
-                     out=tmp_path / "out", report=seen.append, on_progress=progress.append)
+                     out=tmp_path / "out", on_line=seen.append, on_progress=progress.append)
     summary = job.summary
     assert summary is not None and summary["job_id"] == job.job_id
     assert summary["numerics_ok"] and summary["inputs"] == [[2, 21]]

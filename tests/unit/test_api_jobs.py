@@ -19,7 +19,7 @@ class Followed:
     def __init__(self) -> None:
         self.calls: list[dict] = []
 
-    def __call__(self, job_id, config, report, out=None, force=False, timeout_s=None,
+    def __call__(self, job_id, config, say, out=None, force=False, timeout_s=None,
                  allow_pickle=False, view=None) -> dict:
         self.calls.append({"job_id": job_id, "out": out, "force": force, "view": view})
         return {"job_id": job_id, "state": "finalized", "best_records": 0}
@@ -74,7 +74,7 @@ def test_an_attached_job_replaces_a_result_of_the_farm(lab, followed, tmp_path, 
 def test_a_job_submitted_here_replaces_its_out(lab, followed, tmp_path, monkeypatch):
     """The out this process's `submit` was given is the caller's own: `wait` may replace it."""
     monkeypatch.setattr("farm.pipeline.job.submit",
-                        lambda opts, config, report=print, resume=None, view=None:
+                        lambda opts, config, say=print, resume=None, view=None:
                         {"job_id": "j2", "state": "submitted"})
     out = tmp_path / "mine"
     out.mkdir()
@@ -91,7 +91,7 @@ def test_a_job_resumed_here_into_an_out_of_its_own_replaces_it(lab, followed, tm
     """`job.resume(out=X, wait=False)` names X in this process (as `farm resume --out X`):
     the `wait` after replaces it; a resume into the job's own out does not name one."""
     monkeypatch.setattr("farm.client.jobs.resume",
-                        lambda job_id, config, report, out=None, **kw:
+                        lambda job_id, config, say, out=None, **kw:
                         {"job_id": job_id, "state": "submitted",
                          "out": str(out or tmp_path / "theirs")})
     for name in ("theirs", "mine"):
@@ -128,7 +128,7 @@ def test_wait_and_resume_draw_the_live_view_as_submit_does(lab, followed, live, 
                                                            tmp_path):
     views = []
     monkeypatch.setattr("farm.client.jobs.resume",
-                        lambda job_id, config, report, view=None, **kw:
+                        lambda job_id, config, say, view=None, **kw:
                         views.append(view) or {"job_id": job_id, "state": "submitted",
                                                "out": str(tmp_path / "run")})
     job = api.Job(lab, "j1", tmp_path / "run")

@@ -1,5 +1,5 @@
 """`on_progress=`: a waiting job's progress as an object (farm.Progress), at each change, with
-the line a `report=` callback gets beside it."""
+the line an `on_line=` callback gets beside it."""
 
 from __future__ import annotations
 
@@ -98,9 +98,9 @@ def test_progress_true_draws_the_live_view_beside_the_callbacks(monkeypatch):
     assert isinstance(alone, progress.LiveView)
 
 
-def test_progress_true_keeps_the_report_lines(monkeypatch):
-    """`progress=True` with `report=` and no `on_progress`: the live view replaces the wait's
-    own lines, so the view must hand them to `report` itself."""
+def test_progress_true_keeps_the_progress_lines(monkeypatch):
+    """`progress=True` with `on_line=` and no `on_progress`: the live view replaces the wait's
+    own lines, so the view must hand them to `on_line` itself."""
     import io
 
     from rich.console import Console
@@ -151,3 +151,14 @@ def test_farm_status_piped_is_as_wide_with_and_without_watch(monkeypatch, capsys
     plain, watched = shown
     assert watched == plain and any(name[:40] in line for line in plain), shown
     assert 80 < max(len(line) for line in plain) <= PLAIN_WIDTH
+
+
+def test_the_progress_line_callback_answers_to_its_old_name_too():
+    """`on_line=` is the progress-line callback; `report=`, its name before, still works; both
+    at once is refused (which one would be meant?)."""
+    from farm.core.errors import UsageError
+
+    assert api._one(print, None) is print and api._one(None, print) is print
+    assert api._one(None, None) is None
+    with pytest.raises(UsageError, match="pass one"):
+        api._one(print, print)

@@ -101,9 +101,9 @@ class Submitted:
     def __init__(self, result: dict) -> None:
         self.result, self.opts = result, None
 
-    def __call__(self, opts, config, report=print, resume=None, view=None) -> dict:
+    def __call__(self, opts, config, say=print, resume=None, view=None) -> dict:
         self.opts = opts
-        report("plan: job j1 submitted: 8 trials to measure")
+        say("plan: job j1 submitted: 8 trials to measure")
         return self.result
 
 
@@ -196,7 +196,7 @@ def test_round_trials_and_device_key_are_the_jobs_config(monkeypatch, tmp_path):
     monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
     seen = {}
 
-    def fake(opts, config, report=print, resume=None, view=None):
+    def fake(opts, config, say=print, resume=None, view=None):
         seen.update(round_trials=config.round_trials, device_key=config.device_key)
         return {"job_id": "j1", "state": "submitted"}
 
