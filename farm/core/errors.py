@@ -52,6 +52,12 @@ class ServiceError(FarmError):
     exit_code = 5
 
 
+class StoreUnavailable(ServiceError):
+    """The store's backend failed an operation: Redis unreachable, timing out, a replica
+    that refuses writes, restarting. Every backend raises it (the Redis one: redis-py's
+    errors, translated where they leave the store); a caller that can wait retries it."""
+
+
 class TuneError(FarmError):
     """Tuning a workload failed (every round failed, no phone of the key, job cancelled)."""
 

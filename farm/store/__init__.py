@@ -1,9 +1,11 @@
-"""The record store: every measurement, keyed by workload key; the farm's checkpoint."""
+"""The record store: every measurement, keyed by workload key; the farm's checkpoint.
 
-
-from redis import RedisError as StoreUnavailable
+Its errors are the farm's own (farm/core/errors.py): `StoreUnavailable` (a ServiceError: the
+backend failed an operation; worth a retry) and `StoreError` (a record or job missing or
+corrupt), whatever the backend."""
 
 from farm.core.config import FarmConfig
+from farm.core.errors import StoreUnavailable
 from farm.store.broker import BrokerQueues
 from farm.store.store import (
     HOT_RECORDS,

@@ -13,6 +13,7 @@ import json
 from farm.core import keys
 from farm.core.aliases import RedisClient
 from farm.core.messages import PRIORITIES
+from farm.store.redis.errors import translate_errors
 
 PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
 _SEP = "\x06\x16"  # kombu's separator between a queue's name and its priority step
@@ -25,6 +26,7 @@ def queue_lists(queue: str) -> list[str]:
     return [q if step == 0 else f"{q}{_SEP}{step}" for step in PRIORITY_STEPS]
 
 
+@translate_errors
 class BrokerQueues:
     """Read-only view of the broker's queues (a Redis client made on first use)."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from farm.core import keys
 from farm.core.aliases import RedisClient
 from farm.store.redis import url as redis_url
+from farm.store.redis.errors import translate_errors
 
 SESSION_TTL_S = 3600  # a session's keys are gone this long after its last write
 
@@ -69,6 +70,7 @@ return 1
 """
 
 
+@translate_errors
 class SearchSessions:
     """Search sessions on the farm's Redis (binary values: a batch carries built kernels)."""
 

@@ -1,6 +1,6 @@
 """The store contract, the coordination protocol (farm/store/coordination.py): flags, budgets, leases, fences, the leader: run against every implementation (in-memory and real Redis)."""
 
-
+import pytest
 
 from farm.core import keys
 
@@ -94,3 +94,33 @@ def test_round_holders_reads_each_lease_in_order(store):
     assert store.acquire_round("r3", "c|m|3", 60) is None
     assert store.round_holders(["r1", "r2", "r3"]) == ["a|m|1", None, "c|m|3"]
     assert store.round_holders([]) == []
+
+
+def test_a_redis_that_does_not_answer_is_the_farms_own_error(tmp_path):
+    """Whatever the backend, a store that fails an operation raises the farm's
+    StoreUnavailable (a ServiceError: `farm` prints one line and exits 5, a waiting client
+    retries), naming the store without its password; the Redis backend's is still a redis-py
+    ConnectionError to its own code. Here: a Redis on a loopback port where none listens."""
+    import socket
+
+    import redis
+
+    from farm.core.errors import ServiceError
+    from farm.store import StoreUnavailable, open_broker, open_store
+    from farm.store.sessions import SearchSessions
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nobody listens there
+    url = f"redis://:secret@127.0.0.1:{port}/0"
+    store = open_store(url)
+    for call in (lambda: store.task_states("j1"), lambda: store.records("wk"),
+                 lambda: store.acquire_lease("wk", "me", 10), lambda: store.phone_stats(),
+                 lambda: open_broker(url).depth("tune.k"),
+                 lambda: SearchSessions(url).open_now()):
+        with pytest.raises(StoreUnavailable) as got:
+            call()
+        assert isinstance(got.value, ServiceError) and got.value.exit_code == 5
+        assert isinstance(got.value, redis.ConnectionError)
+        assert "secret" not in str(got.value) and f"127.0.0.1:{port}" in str(got.value)
+    store.close()

@@ -16,6 +16,7 @@ from farm.core.errors import ServiceError, StoreError
 from farm.core.messages import JobSpec
 from farm.store.hosts import HostBeat
 from farm.store.redis import url as redis_url
+from farm.store.redis.errors import translate_errors
 from farm.store.redis.phones import RedisPhoneLedger
 from farm.store.redis.records import KEEP_BEST, REMOVE, RedisRecords, Replicas, lua_script
 from farm.store.redis.spool import RedisSpool
@@ -40,6 +41,7 @@ class _State(TypedDict):
     local_features: LocalFeatures | None
 
 
+@translate_errors
 class RedisStore(RedisRecords, RedisSpool, RecordStore, RedisPhoneLedger):
     """A `RecordStore` on one Redis database. Drops its clients when pickled. Its records:
     farm/store/redis/records.py, its spool: spool.py; `hot_records` whole records per
