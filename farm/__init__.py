@@ -17,7 +17,8 @@ The data flow, one module per stage::
 
 __version__ = "0.1.0"
 __all__ = ["Cache", "CompileError", "ExtractError", "Farm", "FarmError", "IngestError", "Job",
-           "Progress", "ServiceError", "StoreError", "SubmitOptions", "TaskProgress",
+           "Progress", "ServiceError", "StoreError", "StoreUnavailable", "SubmitOptions",
+           "TaskProgress",
            "TuneError", "UnmeasuredError", "UsageError", "prepare"]
 
 # where each name lives; loaded when first asked for: a worker that imports `farm.core` does
