@@ -35,6 +35,7 @@ def __getattr__(name: str) -> type:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)  # type: ignore[no-any-return]
     if name in __all__:
+        # on first use: `import farm` (a worker's, a notebook's) loads nothing it does not ask for
         from farm.core import errors
 
         return getattr(errors, name)  # type: ignore[no-any-return]

@@ -5,7 +5,13 @@
   2026-12-07: the ten largest modules sat just under it and one concept was split to pass it
   (issue 49); 600 still catches a module that holds two, and a split follows the concepts;
 - only farm/core/config.py reads a FARM_* variable (and farm/core/secrets.py, the *_FILE
-  secrets it reads for config); everything else is given the config.
+  secrets it reads for config); everything else is given the config;
+- the farm's own modules are imported at a module's top, where the real graph shows; one
+  imported inside a function says why beside it (a comment on its line or the line above),
+  or its module says once why its functions import (a line `# Imports inside functions: ...`:
+  the CLI loads a command's modules when it runs). Import cycles are refused by
+  tests/unit/test_import_cycles.py, so "a cycle" is never the reason; a heavy import
+  (TVM, numpy, redis) that the module's other users need not pay for is.
 """
 
 from __future__ import annotations
@@ -19,6 +25,31 @@ MODULE_LINES = 600
 FUNCTION_LINES = 60
 ENV_READERS = {"farm/core/config.py", "farm/core/secrets.py"}
 ENV_READ = re.compile(r"""(environ(\.get)?\s*[\[(]|getenv\s*\()\s*f?["']FARM_""")
+LAZY_REASON = "# Imports inside functions:"
+OURS = ("farm", "workers")
+
+
+def unexplained_imports(path: Path, text: str) -> list[str]:
+    """The farm's own modules imported inside a function without a reason beside them."""
+    if any(line.startswith(LAZY_REASON) for line in text.splitlines()):
+        return []
+    lines, out = text.splitlines(), []
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if not any(name.split(".")[0] in OURS for name in names):
+                continue
+            above = node.lineno - 2  # a comment above the run of imports it is in says it
+            while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+                above -= 1
+            said = "#" in lines[node.lineno - 1] or lines[above].strip().startswith("#")
+            if not said:
+                out.append(f"{path}:{node.lineno}: {names[0]} imported inside {fn.name} without "
+                           "a reason: import it at the top, or say why beside it")
+    return out
 
 
 def problems(root: Path) -> list[str]:
@@ -39,11 +70,12 @@ def problems(root: Path) -> list[str]:
                 if n > FUNCTION_LINES:
                     out.append(f"{path}:{node.lineno}: {node.name} has {n} lines "
                                f"(at most {FUNCTION_LINES}): split the function")
+        out.extend(unexplained_imports(path, text))
     return out
 
 
 if __name__ == "__main__":
     found = problems(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
     print("\n".join(found) or "rules: modules <= 600 lines, functions <= 60, FARM_* read by "
-          "the config only")
+          "the config only, imports inside functions say why")
     sys.exit(1 if found else 0)

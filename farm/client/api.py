@@ -30,6 +30,9 @@ Contract:
 - Errors are `farm.FarmError`s naming their subject, as on the command line.
 """
 
+# Imports inside functions: a call loads what it runs (`import farm` stays light:
+# the client's modules pull TVM, torch or Redis only for the calls that use them).
+
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,9 @@ seeds the store from any JSONDatabase, e.g. a log tuned by another TVM user, for
 one device key (whose profile gives the target the workload key is built from).
 """
 
+# Imports inside functions: `farm cache`'s subcommands load what they run (the archive
+# and the capacity model only where asked).
+
 from __future__ import annotations
 
 import json

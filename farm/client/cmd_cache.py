@@ -2,6 +2,9 @@
 store. Each action is a subcommand of its own (farm/client/cli.py: _cache_commands) and a
 function here; `cmd_cache` opens the store for it."""
 
+# Imports inside functions: the CLI loads a command's modules when it runs (`farm
+# --help` and `farm status` start in ~0.15 s, not the ~0.3 s of loading every command's).
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,8 @@
 """`farm submit | resume | wait | status | cancel | report`: a job, from the client's side."""
 
+# Imports inside functions: the CLI loads a command's modules when it runs (`farm
+# --help` and `farm status` start in ~0.15 s, not the ~0.3 s of loading every command's).
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,8 @@
 """`farm worker | tracker | phones | up | flower | devices | doctor`: the parts of a farm."""
 
+# Imports inside functions: the CLI loads a command's modules when it runs (`farm
+# --help` starts in ~0.15 s; `farm worker` loads the worker, `farm up` the services).
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,8 @@
 """What the `farm` commands share: the config from flags, and the farm's store."""
 
+# Imports inside functions: the CLI loads a command's modules when it runs (a command
+# that opens no embedded farm loads none of it).
+
 from __future__ import annotations
 
 import argparse

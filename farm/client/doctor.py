@@ -1,5 +1,8 @@
 """`farm doctor`: check what tuning needs, print pass/fail and the fix for each."""
 
+# Imports inside functions: each check loads what it checks (a check that is not run
+# loads nothing; the store's and TVM's checks are the heavy ones).
+
 from __future__ import annotations
 
 import shutil

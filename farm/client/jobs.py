@@ -2,6 +2,9 @@
 job's progress as an object. What `farm status | cancel | resume` and `farm.Farm.jobs()`,
 `farm.Job` share: each is written once, here."""
 
+# Imports inside functions: the CLI loads a command's modules when it runs (`farm
+# status` does not load the submit pipeline).
+
 from __future__ import annotations
 
 import time

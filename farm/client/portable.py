@@ -12,6 +12,9 @@ cpu-local is tuned for this machine's CPU on the embedded farm; on a lab farm, f
 phone hosts report).
 """
 
+# Imports inside functions: `farm.prepare` loads the pipeline only when called (`import
+# farm` stays light).
+
 from __future__ import annotations
 
 import tempfile

@@ -8,6 +8,9 @@ matrix MetaSchedule's per-store feature extractor makes of its schedule: a row p
 a list of rows, where the store has them cached (the records the key's model trained on; a
 lab's are on its worker hosts' disks: null here)."""
 
+# Imports inside functions: `farm cache export` loads the archive and the failure
+# classes when it runs.
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -18,6 +18,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli packag
 from farm.core.aliases import JsonDict
 from farm.core.cores import usable_cores
 from farm.core.errors import UsageError
+from farm.core.profiles import check_overrides
+from farm.core.secrets import SECRET_VARS, secret
 from farm.core.urls import is_sentinel, parse_sentinel
 
 
@@ -347,11 +349,8 @@ def load_config(
         for k, v in farm.items():
             sources[k] = f"{path} [farm] {k}"
             values[k] = _coerce(k, v, sources[k], typed=True)
-        from farm.core.profiles import check_overrides
-
         values["profiles"] = check_overrides(data.get("profiles", {}), str(path))
         values["config_file"] = Path(path).resolve()
-    from farm.core.secrets import SECRET_VARS, secret
 
     env = {**{new: env[old] for old, new in _OLD.items() if old in env and not env.get(new)},
            **env}

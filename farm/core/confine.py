@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.core.secrets import SECRET_VARS
+from farm.core.secrets import SECRET_VARS, runtime_dir
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,6 @@ def confined(argv: list[str], hide: Iterable[Path], network: bool = False,
     if why is not None:
         _warn(why)
         return list(argv)
-    from farm.core.secrets import runtime_dir
 
     covered = [*hide, *secret_paths(), Path(runtime_dir(""))]
     paths = sorted(_cover(covered, [k.resolve() for k in keep]))

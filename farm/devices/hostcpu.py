@@ -20,6 +20,7 @@ import platform
 import re
 
 from farm.core.aliases import JsonDict
+from farm.core.errors import UsageError
 from farm.store.hosts import HostBeat
 
 # instruction-set features (not LLVM's tuning flags such as "fast-gather" or "slow-3ops-lea",
@@ -125,7 +126,6 @@ def cpu_for_key(beats: list[HostBeat], device_key: str) -> str | None:
     """The CPU of the worker hosts with phones of `device_key`, from their heartbeats (None:
     no host says). Hosts of one key on different CPUs are refused: a record tuned on one is
     not the best on the other, so each needs its own device key."""
-    from farm.core.errors import UsageError
 
     cpus = {b.cpu for b in beats if b.cpu and b.phones.get(device_key, {}).get("total", 0) > 0}
     if len(cpus) > 1:

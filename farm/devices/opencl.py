@@ -30,6 +30,8 @@ from pathlib import Path
 from farm.core.aliases import JsonDict, RPCSession
 from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError
+from farm.devices.arm64sim import locked
+from farm.devices.tracker import request_phone
 
 SIDECAR = "libtvm_runtime_opencl.so"
 RUNTIME = "src/backend/opencl/runtime"
@@ -96,7 +98,6 @@ def sidecar(base: Path, env: dict[str, str] | None = None) -> Path:
     or the build fails (its log named)."""
     import tvm
 
-    from farm.devices.arm64sim import locked
 
     missing = missing_packages()
     if missing:
@@ -223,7 +224,6 @@ def gpu_profile_of(device_name: str) -> str | None:
 def limits_of_key(tracker: str, key: str, target: JsonDict,
                   timeout_s: float = 120.0) -> tuple[dict[str, int], str]:
     """The GPU limits and device name of a phone of `key` that the tracker hands out."""
-    from farm.devices.tracker import request_phone
 
     remote = request_phone(tracker, key, timeout_s, priority=0)
     return phone_limits(remote, str(target.get("kind")))

@@ -34,7 +34,9 @@ from collections.abc import Callable
 
 from farm.core.errors import UsageError
 from farm.core.hostid import is_loopback
-from farm.devices.tracker import parse_addr
+from farm.devices.rpcd import describe, serve_phone
+from farm.devices.tracker import parse_addr, this_host_addresses
+from farm.devices.tvmapi import wrap_server_env, wrap_serving
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -68,7 +70,6 @@ def advertised_address(host: str, advertise: str | None, tracker: str) -> str | 
 def _on_this_machine(host: str) -> bool:
     if is_loopback(host):
         return True
-    from farm.devices.tracker import this_host_addresses
 
     try:
         resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
@@ -82,7 +83,6 @@ def _slow_sessions(delay_s: float) -> None:
     fork) calls `_server_env`, which registers `load_module`; ours wraps it in a sleep."""
     import tvm_ffi
 
-    from farm.devices.tvmapi import wrap_server_env
 
     def slowed(original: Callable[..., object]) -> Callable[..., object]:
         def server_env(load_library: object, work_path: object = None) -> object:
@@ -117,8 +117,6 @@ def _heat_after(after_s: float) -> None:
     phone, at no CPU cost to the machine (busy processes beside it slowed every other process
     of a small test machine too). Each session dies with the phone (PR_SET_PDEATHSIG): one
     stopped when the phone is killed does not stay behind."""
-    from farm.devices.tvmapi import wrap_server_env, wrap_serving
-
     working = threading.Event()
 
     def noted(serving: Callable[..., None]) -> Callable[..., None]:
@@ -191,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
                                                    "farm/devices/opencl.py) to load")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)  # sessions are logged, as tvm.exec.rpc_server does
-    from farm.devices.rpcd import describe, serve_phone
 
     def before() -> None:  # runs once the phone is runtime-only
         if args.cpu or args.triple:

@@ -17,6 +17,9 @@ from farm.core.aliases import IRModule
 from farm.core.errors import ServiceError
 from farm.core.failures import brief
 from farm.core.profiles import DeviceProfile
+from farm.devices.cross import build_reference, export_shared, linker
+from farm.devices.evaluate import alloc_on_phone, checked_run_evaluator, configure_threads
+from farm.devices.tracker import request_session
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,6 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
-    from farm.devices.cross import build_reference, export_shared, linker
-    from farm.devices.evaluate import alloc_on_phone, checked_run_evaluator, configure_threads
-    from farm.devices.tracker import request_session
 
     t0 = time.perf_counter()
     subject = f"phone of key {profile.key} (tracker {tracker})"

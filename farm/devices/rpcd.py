@@ -23,10 +23,16 @@ import argparse
 import logging
 from collections.abc import Callable
 
+from farm.devices.tvmapi import (
+    compiler_loaded,
+    rpc_server_state,
+    tracker_server_state,
+    wrap_serving,
+)
+
 
 def serve_tracker(host: str, port: int, port_end: int, silent: bool = True) -> None:
     """A TVM RPC tracker on the first free port of [port, port_end); returns when it stops."""
-    from farm.devices.tvmapi import tracker_server_state
 
     state = tracker_server_state(host, port, port_end, silent=silent)
     state.thread.join()
@@ -42,7 +48,6 @@ def _survive_crashed_sessions() -> None:
     culprit (workers/metaschedule/callback.py)."""
     import os
 
-    from farm.devices.tvmapi import wrap_serving
 
     def guard(serving: Callable[..., None]) -> Callable[..., None]:
         def guarded(conn: object, addr: object, opts: object, load_library: object) -> None:
@@ -69,7 +74,6 @@ def runtime_only() -> None:
     when TVM's compiler is already loaded here (too late to be a phone)."""
     import os
 
-    from farm.devices.tvmapi import compiler_loaded
 
     if compiler_loaded():
         raise RuntimeError("TVM's compiler is loaded in this process: it cannot be a phone")
@@ -92,7 +96,6 @@ def serve_phone(host: str, port: int, port_end: int, key: str, tracker: tuple[st
     in this process), on TVM's runtime library only; `before` runs first
     (farm/devices/phone.py's slow sessions)."""
     runtime_only()
-    from farm.devices.tvmapi import rpc_server_state
 
     if before is not None:
         before()

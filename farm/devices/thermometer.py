@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 from farm.core.aliases import RPCSession
 from farm.core.profiles import DeviceProfile
+from farm.devices.cross import export_shared, linker
+from farm.devices.evaluate import host_values
+from farm.devices.probe import candidate, workload
 
 READING_MS = 10  # a measurement runs the kernel (~25 us on a desktop core) for at least this
 # measurements a reading takes the median of: a moment's noise (or a burst a phone gets as it
@@ -45,8 +48,6 @@ def thermometer(profile: DeviceProfile) -> Thermometer | None:
         return None
     import tvm
 
-    from farm.devices.cross import export_shared, linker
-    from farm.devices.probe import candidate, workload
 
     target = tvm.target.Target(profile.target_json())
     cc = linker(profile)
@@ -63,7 +64,6 @@ def read(session: RPCSession, thermo: Thermometer) -> float:
     import numpy as np
     import tvm
 
-    from farm.devices.evaluate import host_values
 
     name = f"thermometer-{uuid.uuid4().hex[:8]}.so"  # never a library the phone has mapped
     session.upload(thermo.path, name)

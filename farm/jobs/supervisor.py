@@ -28,10 +28,13 @@ import time
 from farm.core.aliases import CeleryApp
 from farm.core.messages import JobSpec, RoundRequest
 from farm.jobs import finalize as finalize_stage
+from farm.jobs.advance import plan_next_round
 from farm.jobs.dispatch import queued_round_ids, send_round
 from farm.jobs.fence import holder_is_dead
 from farm.store import TaskState
 from farm.store.broker import BrokerQueues
+from farm.store.cold import drain
+from farm.store.retention import prune
 from farm.store.store import RecordsAndJobs
 
 log = logging.getLogger(__name__)
@@ -69,8 +72,6 @@ class Supervisor(threading.Thread):
     def keep_archive(self, now: float | None = None) -> int:
         """The leader moves the store's spool into the archive (records that left Redis),
         and once an hour deletes archive days past the retention. Returns records moved."""
-        from farm.store.cold import drain
-        from farm.store.retention import prune
 
         archive = self.store.archive
         if archive is None:
@@ -107,8 +108,6 @@ class Supervisor(threading.Thread):
             for wk, st, req in self._lost_rounds(states, queued[job.device_key]):
                 sent.append(self._send_again(job, wk, st, req))
             if job.trials_budget and not any(s.outstanding for s in states.values()):
-                from farm.jobs.advance import plan_next_round
-
                 plan_next_round(self.app, self.store, job)
         return sent
 

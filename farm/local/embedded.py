@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import IO
 
 from farm.core.aliases import JsonDict
-from farm.core.config import FarmConfig, redact
+from farm.core.config import _ENV, FarmConfig, redact
 from farm.core.errors import ServiceError
+from farm.devices.tracker import wait_for_phones
 from farm.local import services
-from farm.store import RecordStore
+from farm.store import RecordStore, configured_store
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ class EmbeddedFarm:
 
 def config_env(config: FarmConfig) -> dict[str, str]:
     """The FARM_* environment that gives a child process the same config."""
-    from farm.core.config import _ENV
 
     env = {}
     for name, var in _ENV.items():
@@ -183,7 +183,6 @@ def new_password() -> str:
 def farm_store(config: FarmConfig) -> Iterator[RecordStore]:
     """The farm's record store for a moment: the lab farm's (config.store_url), or the
     embedded farm's Redis (`embedded_store_url`); pinged, closed after."""
-    from farm.store import configured_store
 
     with contextlib.ExitStack() as stack:
         url = config.store_url or stack.enter_context(embedded_store_url(config))
@@ -279,7 +278,6 @@ def _phones_ready(config: FarmConfig, tracker: str, group: services.ServiceGroup
                   arch: str) -> None:
     """Wait for the embedded farm's phones to register; a phone or worker that exited is
     reported as such (with its log), not as a timeout."""
-    from farm.devices.tracker import wait_for_phones
 
     # an emulated arm64 phone imports TVM under qemu before it registers (~10-60 s)
     wait_for_phones(tracker, config.device_key, config.phones, timeout_s=300 if arch else 60,

@@ -20,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.core.config import FarmConfig, load_config
+from farm.core.config import FarmConfig, load_config, with_password
 from farm.core.confine import Confinement, confined, inner_pid
 from farm.core.errors import ServiceError, UsageError
+from farm.devices import arm64sim
 from farm.devices.lean import without_torch
 from farm.devices.opencl import phone_opencl
+from farm.devices.phone import advertised_address, slow_flags
+from farm.devices.rpcd import RUNTIME_ONLY
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -225,7 +228,6 @@ def start_redis(data_dir: Path, log_dir: Path, port: int | None = None,
              "--daemonize", "no", "--protected-mode", "yes"]
     svc = start("redis", argv, log_dir)
     wait_port(host, port, 20, svc)
-    from farm.core.config import with_password
 
     return svc, with_password(f"redis://{host}:{port}/0", password or "")
 
@@ -272,16 +274,13 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
                 config: FarmConfig | None = None) -> Service:
     """An emulated phone (`options`): a real TVM RPC server, registered at `tracker` under
     `key`, logging to `log_dir` as phone-KEY-INDEX."""
-    from farm.devices.phone import advertised_address, slow_flags
 
     threads, arch, delay_s, host = options.threads, options.arch, options.delay_s, options.host
     config = config if config is not None else load_config()
     addr = advertised_address(host, options.advertise, tracker)
     wanted = options.port
     port = wanted if wanted is not None and port_frees(host, wanted, 5.0) else free_port(host)
-    # a phone holds TVM's runtime only (farm/devices/rpcd.py: runtime_only)
-    from farm.devices.rpcd import RUNTIME_ONLY
-
+    # a phone holds TVM's runtime only (farm/devices/rpcd.py: RUNTIME_ONLY)
     env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), **RUNTIME_ONLY}
     if arch:
         why = (f"no emulated phones of architecture {arch!r}" if arch != "arm64" else
@@ -291,8 +290,6 @@ def start_phone(tracker: str, key: str, index: int, log_dir: Path,
         if why:
             raise UsageError(why, subject=f"arch {arch}", hint="arch arm64, without "
                              "phone_delay_s or --opencl")
-        from farm.devices import arm64sim
-
         binary = arm64sim.prepare(config.arm64_dir)  # a native RPC server, no Python
         return start(f"phone-{key}-{index}",
                      [*arm64sim.phone_argv(binary), "--tracker", tracker, "--key", key,

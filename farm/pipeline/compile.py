@@ -28,7 +28,9 @@ from farm.core.aliases import (
     TVMDatabase,
 )
 from farm.core.errors import CompileError
+from farm.devices.cross import gpu_default_schedule
 from farm.devices.evaluate import configure_threads
+from farm.devices.opencl import limits_of_key
 from farm.devices.tracker import request_phone
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,6 @@ def _default_schedule(target: Target,
         return []
     import tvm
 
-    from farm.devices.cross import gpu_default_schedule
 
     @tvm.transform.module_pass(opt_level=0)
     def default_schedule(mod: IRModule, _ctx: object) -> IRModule:
@@ -249,7 +250,6 @@ def phone_threads(check: ModelCheck, target: Target) -> int | None:
     more. None on a CPU, or when no phone says."""
     if target.kind.name == "llvm" or check.tracker is None:
         return None
-    from farm.devices.opencl import limits_of_key
 
     try:
         limits, _ = limits_of_key(check.tracker, check.device_key, check.target_json)

@@ -11,6 +11,7 @@ from farm.core.aliases import CeleryApp
 from farm.core.config import FarmConfig
 from farm.core.profiles import resolve_profile
 from farm.jobs.dispatch import make_app
+from farm.local.embedded import embedded_farm
 from farm.pipeline.preflight import check_embedded, wait_for_devices
 from farm.store import RecordStore, configured_store
 
@@ -40,7 +41,6 @@ def connect(config: FarmConfig, tracker: str | None = None, wait_s: float = 0.0,
                    check_alive=lambda: None, embedded=False)
         store.close()
         return
-    from farm.local.embedded import embedded_farm
 
     profile = resolve_profile(config.device_key, config.profiles)
     check_embedded(profile)

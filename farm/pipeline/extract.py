@@ -18,6 +18,7 @@ from farm.core.aliases import IRModule, JsonDict, Target
 from farm.core.errors import ExtractError
 from farm.core.messages import TuneTask
 from farm.core.profiles import DeviceProfile, canonical_target
+from farm.devices.tvmapi import register_flop_estimator
 from farm.pipeline.foldbn import fold_batch_norm
 from farm.tir.blocknames import canonical_module
 from farm.tir.family import family
@@ -134,7 +135,6 @@ def _flop(mod: IRModule) -> float:
     # imported outside the try: a moved estimator is an error, not 0 FLOPs for every task
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from farm.devices.tvmapi import register_flop_estimator
 
     register_flop_estimator()
 

@@ -26,6 +26,8 @@ from farm.core.messages import JobSpec
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import cross
 from farm.devices.evaluate import session_threads
+from farm.devices.hostcpu import cpu_for_key, system_cpu
+from farm.devices.opencl import fill_limits, leaves_out_limits
 from farm.jobs import finalize as finalize_stage
 from farm.jobs import plan as plan_stage
 from farm.jobs.dispatch import send_round
@@ -101,7 +103,6 @@ def submit(opts: SubmitOptions, config: FarmConfig, say: Callable[[str], None] =
 
 def needs_a_phone(config: FarmConfig) -> bool:
     """The profile is a GPU's that leaves out limits a phone must tell (`prepare`)."""
-    from farm.devices.opencl import leaves_out_limits
 
     return leaves_out_limits(resolve_profile(config.device_key, config.profiles).target)
 
@@ -110,7 +111,6 @@ def prepare(sub: Submission, tracker: str | None = None) -> Prepared:
     """Stages 1 (ingest, torch) and 2 (extract, TVM). For a lab farm before the farm is
     contacted; for the embedded one while its worker warms up (see `submit`). A GPU profile
     that leaves out its limits takes them from a phone of `tracker`."""
-    from farm.devices.opencl import fill_limits
 
     opts, say = sub.opts, sub.say
     profile = tuned_profile(sub.config, say, opts.target_cpu)
@@ -142,7 +142,6 @@ def target_cpu(config: FarmConfig, say: Callable[[str], None]) -> str:
     """The CPU a `host_cpu` profile (cpu-local) is tuned for: this machine's for the embedded
     farm; on a lab farm, the CPU the hosts with phones of the key report in their heartbeats
     (this machine's when none does)."""
-    from farm.devices.hostcpu import cpu_for_key, system_cpu
 
     if not config.broker_url:
         return system_cpu()

@@ -14,6 +14,7 @@ from farm.core.config import FarmConfig
 from farm.core.errors import ServiceError, UsageError, last_line
 from farm.core.messages import PRIORITIES
 from farm.core.profiles import DeviceProfile, canonical_target, known_keys, resolve_profile
+from farm.devices import opencl, tracker
 from farm.pipeline import ingest as ingest_stage
 from farm.pipeline.modelfile import check_model
 from farm.pipeline.options import SubmitOptions
@@ -84,7 +85,6 @@ def check_tracker(addr: str, device_key: str, wait_s: float) -> None:
     """--tracker (where the compiled model runs, on a phone of the key) is HOST:PORT, a TVM RPC
     tracker answers there, and (unless waiting for devices) it has a phone of the key: found
     now, not at the compile step after the whole tuning."""
-    from farm.devices import tracker
 
     tracker.parse_addr(addr)  # a UsageError when it is no HOST:PORT
 
@@ -187,8 +187,6 @@ def check_embedded(profile: DeviceProfile) -> None:
                               (", or opencl-local for this machine's OpenCL device"
                                if kind == "opencl" else ""))
     if kind == "opencl":
-        from farm.devices import opencl
-
         if profile.emulate:
             raise UsageError("the embedded farm's OpenCL phones run on this machine, not under "
                              "qemu", subject=f"device key {profile.key}",

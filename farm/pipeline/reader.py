@@ -27,13 +27,14 @@ from farm.core.aliases import JsonDict
 from farm.core.confine import confined
 from farm.core.errors import FarmError, IngestError
 from farm.core.secrets import SECRET_VARS
+from farm.devices.lean import SHADOW
+from farm.pipeline import ingest
 from farm.pipeline.ingest import ModelBundle
 
 
 def child_env() -> dict[str, str]:
     """This process's environment without the farm's secrets (and the files naming them),
     and with torch importable (farm/devices/lean.py may hide it from this process's children)."""
-    from farm.devices.lean import SHADOW
 
     drop = set(SECRET_VARS) | {f"{v}_FILE" for v in SECRET_VARS}
     env = {k: v for k, v in os.environ.items() if k not in drop}
@@ -102,7 +103,6 @@ def main(folder: str) -> int:
     import numpy as np
     import tvm
 
-    from farm.pipeline import ingest
 
     out = Path(folder)
     req = json.loads(sys.stdin.read())

@@ -19,6 +19,8 @@ from pathlib import Path
 from farm.core.aliases import JsonDict
 from farm.pipeline.curves import Point, TaskTrials, model_curve, task_trials
 from farm.pipeline.summary import gflops, numerics_hint
+from farm.pipeline.timeline import phone_table, svg_timeline
+from farm.store.cold import every_record
 from farm.store.phones import PhoneLedger
 from farm.store.store import FarmView, RecordReader
 
@@ -155,7 +157,6 @@ def phones_section(summary: JsonDict, store: PhoneLedger) -> str:
     phones = summary.get("phones")
     if not phones:
         return ""
-    from farm.pipeline.timeline import phone_table, svg_timeline
 
     spans = store.job_phone_spans(summary["job_id"])
     return (f"<h2>Phones: busy {100 * summary['phone_utilization']:.0f} % of the tuning wall "
@@ -171,7 +172,6 @@ def _us(value: float | None) -> str:
 def job_trials(summary: JsonDict, store: FarmView) -> list[TaskTrials]:
     """Each task's trials in this job (farm/pipeline/curves.py); other jobs' records count
     for the model's estimate up to the job's end (when it was finalized)."""
-    from farm.store.cold import every_record
 
     at = store.job_status(summary["job_id"]).get("finalized_at")
     until = float(at) if at else None

@@ -4,6 +4,9 @@ Its errors are the farm's own (farm/core/errors.py): `StoreUnavailable` (a Servi
 backend failed an operation; worth a retry) and `StoreError` (a record or job missing or
 corrupt), whatever the backend."""
 
+# Imports inside functions: a backend is loaded when a store of its kind is opened
+# (a process with the in-memory store loads no Redis backend, the archive only with one).
+
 from farm.core.config import FarmConfig
 from farm.core.errors import StoreUnavailable
 from farm.store.broker import BrokerQueues

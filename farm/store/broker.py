@@ -13,6 +13,7 @@ import json
 from farm.core import keys
 from farm.core.aliases import RedisClient
 from farm.core.messages import PRIORITIES
+from farm.store.redis import url as redis_url
 from farm.store.redis.errors import translate_errors
 
 PRIORITY_STEPS = sorted(set(PRIORITIES.values()) | {9})  # kombu Redis: one list per step
@@ -37,9 +38,7 @@ class BrokerQueues:
     @property
     def client(self) -> RedisClient:
         if self._client is None:
-            from farm.store.redis.url import client
-
-            self._client = client(self.url, decode=True)
+            self._client = redis_url.client(self.url, decode=True)
         return self._client
 
     def depth(self, queue: str) -> int:

@@ -26,7 +26,9 @@ from farm.jobs.fence import RoundFence, RoundStopped
 from farm.store import RecordStore, StoreUnavailable, TaskState, configured_store
 from farm.store.store import RecordsAndJobs, updated
 from workers.round.context import WorkerContext
+from workers.round.gate import Gate
 from workers.round.handoff import HOLD_S
+from workers.round.lend.helper_side import serve_session
 from workers.round.measure import LeaseBusy, StaleRound, run_round
 from workers.round.rounds import LEASE_TTL_S
 
@@ -88,8 +90,6 @@ class RoundProcess:
         ctx = WorkerContext(config=self.config, tracker=self.tracker, host=self.node,
                             app=self.app)
         if self.gate_dir:
-            from workers.round.gate import Gate
-
             ctx.gate = Gate(self.gate_dir, pool=self.config.worker_concurrency)
         return ctx
 
@@ -106,7 +106,6 @@ def build_app(config: FarmConfig, tracker: str, node: str,
         return tune_round(process, self, payload)
 
     def search_task(payload: JsonDict) -> JsonDict:
-        from workers.round.lend.helper_side import serve_session
 
         ctx, store = process.context()
         return serve_session(ctx, store, payload)

@@ -25,6 +25,7 @@ from farm.devices.hostcpu import system_cpu
 from farm.jobs.dispatch import queue_for
 from farm.store.hosts import HostBeat
 from farm.store.store import FarmView
+from workers.round.gate import cores_needed, phone_speed
 
 if TYPE_CHECKING:
     from farm.store.cold import Archive
@@ -96,7 +97,6 @@ class Heartbeat(threading.Thread):
         CPU; workers/round/gate.py), where measured."""
         if self.gate is None or not found:
             return {}
-        from workers.round.gate import cores_needed, phone_speed
 
         host_s, out = self.gate.host_s(), {}
         for key, info in found.items():

@@ -13,21 +13,28 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.core import hostid
 from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError
+from farm.core.profiles import resolve_profile
 from farm.devices import tracker as tracker_mod
 from farm.devices.lean import hide_torch
-from farm.jobs.dispatch import queue_for
+from farm.jobs.dispatch import SEARCH_QUEUE, queue_for
+from farm.jobs.supervisor import Supervisor
 from farm.store import RecordStore, configured_store, open_broker
 from farm.store.broker import BrokerQueues
 from farm.store.hosts import HostRegistry
 from farm.store.store import FarmView, RecordsAndJobs
+from workers.host.heartbeat import Heartbeat, WorkerHost
+from workers.host.metrics import FarmCollector, serve
+from workers.host.round_times import RoundTimes, multiprocess_folder
+from workers.round.context import preload
+from workers.round.gate import LEND_ROUNDS, Gate, pool_size
 
 if TYPE_CHECKING:
     from farm.core.aliases import CeleryApp
     from farm.jobs.supervisor import Supervisor
-    from workers.host.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +57,8 @@ def run_worker(config: FarmConfig, tracker: str, keys: list[str] | None = None,
     name = hostname or default_name()
     if hostname:  # refused before TVM is loaded below
         check_name_free(store, name, config.host_ttl_s)
+    # here: Celery and TVM load after the cheap checks (a name held, a tracker away) have answered
     from workers.host.app import build_app
-    from workers.host.heartbeat import Heartbeat, WorkerHost
-    from workers.round.gate import Gate
-
     hide_torch()  # only now: a worker refused above leaves its caller as it was (lean.py)
     if pool == "prefork":  # pool children fork from here: warm, not importing TVM each
         _preload()
@@ -86,8 +91,6 @@ def _supervisor(app: CeleryApp, store: RecordsAndJobs, broker: BrokerQueues, nam
                 config: FarmConfig) -> Supervisor:
     """This host's supervisor (farm/jobs/supervisor.py), started: it leads the farm's sweeps
     when it holds the leader lock."""
-    from farm.jobs.supervisor import Supervisor
-
     supervisor = Supervisor(app, store, broker, name, interval_s=config.supervisor_interval_s,
                             grace_s=float(config.host_ttl_s))
     supervisor.retention_days = config.archive_retention_days
@@ -119,7 +122,6 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
     if not config.broker_url:
         raise ServiceError("no broker configured", subject="farm worker --helper",
                            hint="pass --broker redis://HOST:6379/0 or set FARM_BROKER_URL")
-    from farm.jobs.dispatch import SEARCH_QUEUE
 
     store = configured_store(config)
     store.ping()
@@ -128,9 +130,8 @@ def run_helper(config: FarmConfig, hostname: str | None = None, loglevel: str = 
         check_name_free(store, name, config.host_ttl_s)
     if config.worker_concurrency == 0:
         config = replace(config, worker_concurrency=max(2, usable_cores()))
+    # here: Celery and TVM load after the cheap checks (a name held, a tracker away) have answered
     from workers.host.app import build_app
-    from workers.host.heartbeat import Heartbeat, WorkerHost
-
     hide_torch()
     if pool == "prefork":
         _preload()
@@ -155,8 +156,6 @@ def serve_metrics(config: FarmConfig, store: FarmView, broker: BrokerQueues, nam
     supervisor leads, its own, and its rounds' times, observed in the pool processes about
     to fork (workers/host/round_times.py). Returns the folder of their files (the worker
     removes it when it ends)."""
-    from workers.host.metrics import FarmCollector, serve
-    from workers.host.round_times import RoundTimes, multiprocess_folder
 
     folder = multiprocess_folder(Path(config.home))
     try:
@@ -173,9 +172,7 @@ def default_name() -> str:
     """This start's node name: the host name to read, and an id of this machine, process and
     start (a host name alone is shared by cloned machines and `compose --scale` replicas:
     their heartbeats overwrote each other and both led the farm)."""
-    from farm.core.hostid import machine
-
-    start = hashlib.sha1(f"{machine()}|{os.getpid()}|{time.time_ns()}".encode()).hexdigest()
+    start = hashlib.sha1(f"{hostid.machine()}|{os.getpid()}|{time.time_ns()}".encode()).hexdigest()
     return f"farm@{socket.gethostname()}-{start[:6]}"
 
 
@@ -187,14 +184,12 @@ def check_name_free(store: HostRegistry, name: str, ttl_s: float) -> None:
     expires."""
     import psutil
 
-    from farm.core.hostid import machine
-
     deadline, first = time.monotonic() + ttl_s + 2, None
     while True:
         beat = next((b for b in store.hosts() if b.name == name), None)
-        if beat is None or (beat.machine, beat.pid) == (machine(), os.getpid()):
+        if beat is None or (beat.machine, beat.pid) == (hostid.machine(), os.getpid()):
             return
-        if beat.machine == machine() and not psutil.pid_exists(beat.pid):
+        if beat.machine == hostid.machine() and not psutil.pid_exists(beat.pid):
             return  # this machine's earlier worker of this name, gone
         first = beat.beat_at if first is None else first
         if beat.beat_at != first or time.monotonic() > deadline:
@@ -230,7 +225,6 @@ def first_phones(tracker: str, found: dict, poll_s: float = 2.0,
 
 
 def _preload() -> None:
-    from workers.round.context import preload
 
     t0 = time.monotonic()
     preload()
@@ -243,8 +237,6 @@ def _concurrency(config: FarmConfig, keys: list[str]) -> tuple[FarmConfig, int]:
     LEND_ROUNDS more lent to helper hosts when its phones may lend (the second value)."""
     if config.worker_concurrency != 0:
         return config, 0
-    from farm.core.profiles import resolve_profile
-    from workers.round.gate import LEND_ROUNDS, pool_size
 
     # phones of their own (not this host's CPU) may lend their rounds' search to helpers
     lends = config.lend_search != "never" and any(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tvm.s_tir.meta_schedule.database import Workload
 
 from farm.core.aliases import MeasureCandidate, Target
+from farm.devices.cross import gpu_default_schedule_of
 
 
 def baseline_candidate(workload: Workload, target: Target | None = None) -> MeasureCandidate:
@@ -20,8 +21,6 @@ def baseline_candidate(workload: Workload, target: Target | None = None) -> Meas
 
     args = ArgInfo.from_prim_func(workload.mod["main"])
     if target is not None and target.kind.name != "llvm":
-        from farm.devices.cross import gpu_default_schedule_of
-
         found = gpu_default_schedule_of(workload.mod, target)
         if found is None:
             raise ValueError("no default GPU schedule fits it")

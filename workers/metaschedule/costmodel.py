@@ -43,6 +43,7 @@ from farm.store.cold import wholes
 from farm.store.learned import model_key
 from farm.store.store import ArchivedRecords, ModelStore
 from workers.metaschedule.database import tuning_record
+from workers.metaschedule.features import CachedFeatures
 from workers.metaschedule.heldout import MIN_HELDOUT_RHO, MIN_HELDOUT_WORKLOADS, folds, heldout
 from workers.metaschedule.samples import cost_of, decode, featurize_missing, learnable, pick
 from workers.metaschedule.transfer import families_of, relatives_in_store, task_family
@@ -310,7 +311,6 @@ def pretrained_cost_model(store: ArchivedRecords, workload_key: str, workload: W
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from workers.metaschedule.features import CachedFeatures
 
     model = XGBModel(num_tuning_cores=threads, extractor=CachedFeatures())
     candidates, results = [], []

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from farm.core.aliases import JsonDict
 from farm.core.errors import FarmError
 from farm.core.profiles import DeviceProfile
+from farm.devices.cross import linker
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
@@ -93,7 +94,6 @@ def _llvm() -> str:
 def _linker(profile: DeviceProfile) -> str:
     """The profile's linker and its version ("" when it has none here: a phone host may
     lack the cross compiler its helpers build with)."""
-    from farm.devices.cross import linker
 
     try:
         cc = linker(profile)

@@ -35,6 +35,7 @@ from farm.devices.evaluate import configure_threads
 from farm.devices.thermometer import Thermometer
 from farm.devices.tracker import grant, phone_address
 from farm.store.phones import PhoneLedger, PhoneSpan
+from workers.metaschedule.turns import settle
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import RPCConfig
@@ -103,7 +104,6 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     `heat`: the profile's thermometer, read when the phone's last reading is old enough."""
     from tvm.rpc import client
 
-    from workers.metaschedule.turns import settle
 
     aside = _aside(log_path)
     give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone

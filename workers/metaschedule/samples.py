@@ -25,6 +25,7 @@ from farm.store import StoredRecord
 from farm.store.cold import wholes
 from farm.store.packing import feature_matrix
 from farm.store.store import FAILED_RUN_SECS, Entry, ModelStore
+from farm.tir.module import load_mod
 from workers.metaschedule.database import tuning_record
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,6 @@ def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dic
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    from farm.tir.module import load_mod
 
     workload = Workload(load_mod(task))
     context = TuneContext(mod=workload.mod, target=tvm.target.Target(task.target),

@@ -56,6 +56,7 @@ from workers.metaschedule.baseline import baseline_candidate
 from workers.metaschedule.database import tuning_record
 from workers.metaschedule.firstbatch import RankedSample
 from workers.metaschedule.inflight import InFlight, Proposed
+from workers.metaschedule.transfer import seeds
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
@@ -381,7 +382,6 @@ def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts:
     with the first batch (`baseline_candidate`)."""
     import tvm
 
-    from workers.metaschedule.transfer import seeds
 
     single = facts.single
     plan = SearchPlan(

@@ -37,6 +37,8 @@ from farm.core.aliases import IRModule, MeasureCandidate, Schedule, Trace, TuneC
 from farm.core.messages import TuneTask
 from farm.store.learned import model_key
 from farm.store.store import ModelStore
+from farm.tir.family import family
+from farm.tir.module import load_mod, tuning_record
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,6 @@ RELATIVES_TRIED = 48  # relatives whose best schedule is replayed, the closest i
 def task_family(task: TuneTask) -> str:
     """The task's operator family (farm/tir/family.py): as extraction wrote it, or from its
     TIR for a task stored before families were kept."""
-    from farm.tir.family import family
-    from farm.tir.module import load_mod
 
     return task.family or family(load_mod(task))
 
@@ -191,8 +191,6 @@ def seeds(store: ModelStore, task: TuneTask, limit: int
     ("transfer:<relative's name>"), as a function of the round's TuneContext (the search
     calls it once it has one: the postprocessors come from it); None for `limit` 0."""
     from tvm.s_tir.meta_schedule.database import Workload
-
-    from farm.tir.module import load_mod, tuning_record
 
     if limit <= 0:
         return None

@@ -16,6 +16,8 @@ from farm.core.config import FarmConfig
 from farm.core.cores import usable_cores
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices import intrinsics
+from farm.devices.cross import export_shared, linker
+from farm.store import open_broker
 
 if TYPE_CHECKING:  # the warm parts import TVM: each is imported when first made
     from farm.store.broker import BrokerQueues
@@ -55,8 +57,6 @@ class WorkerContext:
 
     def broker(self) -> BrokerQueues:
         """The broker's queues, read (farm/store/broker.py): one client for this process."""
-        from farm.store import open_broker
-
         self._broker = self._broker or open_broker(str(self.config.broker_url))
         return self._broker
 
@@ -65,6 +65,7 @@ class WorkerContext:
 
     def processes(self) -> Processes:
         """TVM's helper processes, shared by this process's builders and runners."""
+        # here: TVM's parts load TVM when first made
         from workers.metaschedule.procs import for_rounds
 
         self._processes = self._processes or for_rounds(self.config.builder_max_uses)
@@ -74,7 +75,7 @@ class WorkerContext:
         """The warm builder of the profile's linker: candidates are shared libraries linked
         here (a phone holds TVM's runtime only), by this machine's compiler (`local`) or by
         the profile's (`cross`, e.g. the NDK's)."""
-        from farm.devices.cross import export_shared, linker
+        # here: TVM's parts load TVM when first made
         from workers.metaschedule.builder import WarmBuilder
 
         cc = linker(profile)
@@ -89,6 +90,7 @@ class WorkerContext:
     def runner(self, profile: DeviceProfile, phones: int) -> BoundedRPCRunner:
         slot = (profile.key, max(1, phones))
         if slot not in self._runners:
+            # here: TVM's parts load TVM when first made (the heartbeat's context never does)
             from workers.metaschedule.phonelog import LostPolicy
             from workers.metaschedule.runner import BoundedRPCRunner
 

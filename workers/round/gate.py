@@ -66,6 +66,7 @@ def rounds_at_once(phone_s: float | None, phones: int, host_s: float | None, hos
     if phone_s is None or host_s is None or host_s <= 0:
         return (1, "phones on this host's CPU, not measured yet") if host_cpu else (
             min(2, pool), "not measured yet")
+    # here: workers.round.loop loads TVM, and the heartbeat reads the gate without it
     from workers.round.loop import BATCH
 
     per_batch = BATCH * phone_s / max(1, phones)
@@ -84,6 +85,7 @@ def cores_needed(host_s: float | None, phone_s: float | None, phones: int) -> fl
     None: not measured yet."""
     if host_s is None or phone_s is None or phones <= 0 or host_s <= 0 or phone_s <= 0:
         return None
+    # here: workers.round.loop loads TVM, and the heartbeat reads the gate without it
     from workers.round.loop import BATCH
 
     return host_s * usable_cores() / (BATCH * phone_s / phones)

@@ -32,6 +32,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
 from farm.core.aliases import IRModule, MeasureCandidate, Target, TuneContext, TVMDatabase
+from workers.metaschedule.features import CachedFeatures
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.builder import Builder
@@ -238,7 +239,6 @@ class Searcher:
         ctx = ms.TuneContext(mod=self.mod, target=self.target, space_generator="post-order-apply",
                              search_strategy=self.search, task_name=self.name, rand_state=seed,
                              num_threads=self.threads, logger=TVM_LOG)
-        from workers.metaschedule.features import CachedFeatures
 
         model = cost_model if cost_model is not None else ms.CostModel.create(
             "xgb", num_tuning_cores=self.threads, tree_method="auto", extractor=CachedFeatures())

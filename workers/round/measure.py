@@ -21,20 +21,25 @@ from farm.core.errors import ServiceError, TuneError, best_effort
 from farm.core.messages import RoundRequest, RoundResult
 from farm.core.profiles import DeviceProfile
 from farm.devices import tracker as tracker_mod
+from farm.devices.cross import build_reference
+from farm.devices.hostcpu import missing_features, system_cpu
 from farm.store import RecordStore, TaskState
 from farm.store.jobs import JobWriter, added
 from farm.store.store import FarmView, updated
+from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
+from workers.metaschedule.identity import this_host
+from workers.metaschedule.search import RoundFacts
 from workers.round.account import RoundClock, account
 from workers.round.context import WorkerContext
+from workers.round.gate import phone_speed, rounds_at_once
 from workers.round.handoff import checker
-from workers.round.loop import BATCH
+from workers.round.lend.phone_side import Helpers, LentRound, lend, lend_rounds, wanted
+from workers.round.loop import BATCH, OnPhones, device_type
 from workers.round.rounds import LEASE_TTL_S, Round
 from workers.round.tuning import Where, Workload, search_round
 
 if TYPE_CHECKING:
-    from workers.metaschedule.callback import RoundCounters, StoreCallback
     from workers.metaschedule.runner import BoundedRPCRunner
-    from workers.metaschedule.search import RoundFacts
     from workers.round.lend.phone_side import Lent
 
 log = logging.getLogger(__name__)
@@ -97,7 +102,6 @@ def check_cpu(profile: DeviceProfile, target: JsonDict, host: str) -> None:
     """Refuse a round of a profile whose phones run on this host's CPU (`host_cpu`: emulated
     phones) when its target needs instructions this CPU lacks: every candidate would crash
     the phones, or be measured on code built for another CPU."""
-    from farm.devices.hostcpu import missing_features, system_cpu
 
     if not profile.host_cpu:
         return
@@ -153,8 +157,6 @@ def _slot(ctx: WorkerContext, store: FarmView,
     gate = ctx.gate
     if gate is None:
         return contextlib.nullcontext()
-    from workers.round.gate import phone_speed, rounds_at_once
-    from workers.round.lend.phone_side import lend_rounds
 
     def open_slots() -> int:
         try:
@@ -215,10 +217,6 @@ class Tuning:
 
 
 def _tune(rnd: Round) -> RoundResult:
-    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
-    from workers.metaschedule.identity import this_host
-    from workers.metaschedule.search import RoundFacts
-
     ctx, store, req, task = rnd.ctx, rnd.store, rnd.req, rnd.task
     profile = ctx.profile(req.device_key)
     phones = _start(rnd, profile)
@@ -265,8 +263,6 @@ def _tune(rnd: Round) -> RoundResult:
 def _lent(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | None:
     """The round's search and builds lent to a helper host (workers/round/lend/phone_side.py), when
     this host is short of cores and a helper has room; None: not lent."""
-    from workers.round.lend.phone_side import Helpers, LentRound, lend, wanted
-    from workers.round.loop import device_type
 
     alive = Helpers.read(rnd.store)
     why = wanted(rnd.ctx, rnd.store, profile, phones, alive)
@@ -291,7 +287,6 @@ def _lent(rnd: Round, t: Tuning, profile: DeviceProfile, phones: int) -> Lent | 
 def _search_here(rnd: Round, t: Tuning, phones: int) -> tuple[RoundResult, dict[str, float]]:
     """The round's search and builds on this host, a batch ahead of its phones (and the CPU
     seconds of its parts)."""
-    from workers.round.loop import OnPhones
 
     ctx, store, req = rnd.ctx, rnd.store, rnd.req
     where = Where(OnPhones(t.runner), t.callback, checker(ctx, store, req),
@@ -323,7 +318,6 @@ def _reference(mod: IRModule, target: Target, profile: DeviceProfile, work_dir: 
     """The reference kernel candidates' outputs are checked against (None: unchecked)."""
     if not profile.check_outputs:
         return None
-    from farm.devices.cross import build_reference
 
     try:
         return build_reference(mod, target, profile, work_dir)

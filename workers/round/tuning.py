@@ -12,13 +12,16 @@ from typing import TYPE_CHECKING
 
 from farm.core.aliases import IRModule, Target
 from farm.core.messages import RoundRequest, TuneTask
+from farm.devices import intrinsics
 from farm.store.store import ModelStore, RecordReader
+from farm.tir.module import load_mod
+from workers.metaschedule.costmodel import RankedModel, round_model
+from workers.metaschedule.database import StoreDatabase
+from workers.metaschedule.search import RoundFacts, TunedWorkload, round_search
 from workers.round.context import WorkerContext
-from workers.round.loop import BATCH
+from workers.round.loop import BATCH, Searcher
 
 if TYPE_CHECKING:
-    from workers.metaschedule.database import StoreDatabase
-    from workers.metaschedule.search import RoundFacts, TunedWorkload
     from workers.round.loop import Measure, OnResults
 
 log = logging.getLogger(__name__)
@@ -37,11 +40,6 @@ class Workload:
     @classmethod
     def load(cls, store: RecordReader, task: TuneTask) -> Workload:
         import tvm
-
-        from farm.devices import intrinsics
-        from farm.tir.module import load_mod
-        from workers.metaschedule.database import StoreDatabase
-        from workers.metaschedule.search import TunedWorkload
 
         mod = load_mod(task)
         intrinsics.load_for(str(task.target.get("kind", "llvm")))  # CUDA, Hexagon: theirs too
@@ -71,10 +69,6 @@ def search_round(ctx: WorkerContext, store: ModelStore, req: RoundRequest, task:
     the round knew when it began, its search's counts (skipped, fresh, seeded, ...) and the
     CPU seconds of each part of it here (`setup`: the cost model and search set up, then
     pipeline.PARTS)."""
-    from workers.metaschedule.costmodel import RankedModel, round_model
-    from workers.metaschedule.search import RoundFacts, round_search
-    from workers.round.loop import Searcher
-
     t0, c0 = time.monotonic(), time.process_time()
     profile = ctx.profile(req.device_key)
     threads = ctx.search_threads(profile)

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from farm.core.messages import JobSpec, TuneTask
+from farm.store.cold import archived
 from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
 from farm.store.memory.phones import MemoryPhoneLedger
@@ -222,7 +223,6 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
             return self._records.get(wk, {}).get(candidate)
         if self.archive is None:
             return None
-        from farm.store.cold import archived
 
         return archived(self, self.archive, wk, candidate)
 

@@ -24,6 +24,7 @@ from farm.core.aliases import RedisClient, RedisScript
 from farm.core.config import redact
 from farm.core.errors import StoreError
 from farm.core.messages import TuneTask
+from farm.store.cold import archived
 from farm.store.learned import model_key
 from farm.store.packing import (
     dictionary_id,
@@ -308,7 +309,6 @@ class RedisRecords:
             return self._whole(wk, candidate, blob)
         if entry is None or self.archive is None:
             return None
-        from farm.store.cold import archived
 
         return archived(self, self.archive, wk, candidate)  # type: ignore[arg-type]
 

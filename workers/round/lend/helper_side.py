@@ -35,11 +35,13 @@ from farm.core.aliases import JsonDict, MeasureCandidate
 from farm.core.config import FarmConfig
 from farm.core.errors import TuneError
 from farm.core.messages import RoundRequest
+from farm.devices.cross import check_triple
 from farm.store.sessions import SearchSessions
 from farm.store.store import ModelStore
 from workers.metaschedule.identity import BuildIdentity, this_host
 from workers.metaschedule.search import TunedWorkload
 from workers.round.context import WorkerContext
+from workers.round.tuning import Where, Workload, search_round
 
 log = logging.getLogger(__name__)
 BEAT_S = 2.0  # how often each side of a session beats
@@ -202,15 +204,12 @@ def _search(ctx: WorkerContext, store: ModelStore, sessions: SearchSessions, sid
     """The round's search (workers/round/tuning.py), its batches measured by the phone host,
     which commits the records and hands off; the search's counts, what ranked it and the CPU
     seconds of its parts here."""
-    from workers.round.tuning import Where, Workload, search_round
 
     task = store.get_workload(req.workload_key)
     if task is None:
         raise TuneError("the workload is not in the store", subject=f"workload {req.workload_key}")
     profile = ctx.profile(req.device_key)
     if profile.export == "cross":  # a compiler this helper lacks fails every build: say so
-        from farm.devices.cross import check_triple
-
         check_triple(profile)
     w = Workload.load(store, task)
     where = Where(ToPhoneHost(sessions, sid, w.tuned, this_host(ctx.host, profile)),

@@ -54,14 +54,17 @@ from farm.core.aliases import JsonDict, MeasureCandidate
 from farm.core.cores import usable_cores
 from farm.core.errors import ServiceError
 from farm.core.profiles import DeviceProfile
+from farm.devices import tracker as tracker_mod
 from farm.jobs.dispatch import SEARCH_QUEUE, SEARCH_TASK
 from farm.store.hosts import HostRegistry
 from farm.store.sessions import SearchSessions
 from farm.store.store import FarmView
+from farm.tir.module import tuning_record as tir_tuning_record
 from workers.metaschedule.identity import BuildIdentity, this_host
 from workers.round.context import WorkerContext
+from workers.round.gate import phone_speed
 from workers.round.lend.helper_side import BEAT_S, beating, results_blob, session_ttl, unpack
-from workers.round.loop import OnPhones
+from workers.round.loop import BATCH, OnPhones
 from workers.round.rounds import LEASE_TTL_S, Round
 
 if TYPE_CHECKING:
@@ -115,7 +118,6 @@ def wanted(ctx: WorkerContext, store: FarmView, profile: DeviceProfile, phones: 
     host_s = ctx.gate.host_s() if ctx.gate is not None else None
     if host_s is None:
         return None
-    from workers.round.loop import BATCH
 
     per_batch = BATCH * ((phone_s or functools.partial(_phone_s, ctx, store, profile))()
                          or 0.0) / max(1, phones)
@@ -125,8 +127,6 @@ def wanted(ctx: WorkerContext, store: FarmView, profile: DeviceProfile, phones: 
 
 
 def _phone_s(ctx: WorkerContext, store: FarmView, profile: DeviceProfile) -> float | None:
-    from farm.devices import tracker as tracker_mod
-    from workers.round.gate import phone_speed
 
     try:
         info = tracker_mod.phones(ctx.tracker).get(profile.key)
@@ -281,7 +281,6 @@ def _measure_batch(b: LentRound, got: JsonDict, device: str, folder: str,
     """Measure one of the helper's batches on the phones and commit it, its records stamped
     with who built them; every item's result (a record refused here: its reason, not
     measured) and how many were measured."""
-    from farm.tir.module import tuning_record as tir_tuning_record
 
     os.makedirs(folder, exist_ok=True)
     cands: list[MeasureCandidate] = []
