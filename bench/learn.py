@@ -4,8 +4,8 @@ model timed side by side in fresh processes.
 
     python bench/learn.py [--unrelated transformer] [--fill resnet,mobilenet,bottleneck]
                           [--held-out squeeze,hybrid] [--fill-trials 32] [--trials 4,16]
-                          [--plain 64] [--plain-models squeeze] [--out bench/learn.md]
-                          [--work DIR]
+                          [--runs 1] [--plain 64] [--plain-models squeeze]
+                          [--out bench/learn.md] [--work DIR [--reuse]]
 
 1. The zoo (bench/zoo.py: random weights, nothing downloaded) is written to the work folder.
 2. One farm home (the embedded default: its Redis, tracker, 2 emulated runtime-only phones)
@@ -14,7 +14,9 @@ model timed side by side in fresh processes.
 3. Each held-out model, at each --trials budget: on a fresh home (cold), on a copy of the
    warm store (warm), on a copy of the unrelated store (unrelated); the order of the sides
    rotates from one job to the next. The held-out models are in neither store: leave them
-   out, as a new user's model is.
+   out, as a new user's model is. `--runs N`: each job N times (a fresh copy each time): a
+   single run's tuned latency at these budgets varies up to ~1.4x between identical runs.
+   `--reuse`: the stores an earlier run left in --work are used as they are (no fill).
 4. Plain MetaSchedule (bench/plain.py: TVM's own RPC server as phones, `ms.tune_tasks`) on
    the --plain-models at --plain trials per task. A plain run that measured nothing valid
    is an error, not a baseline.
@@ -70,19 +72,28 @@ def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path) 
 
 
 def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Path,
-             turn: int) -> list[dict[str, Any]]:
+             turn: int, runs: int = 1) -> list[dict[str, Any]]:
     rows = []
-    for trials in budgets:
-        sides = ["cold", *stores]
-        k = turn % len(sides)
-        turn += 1
-        for side in sides[k:] + sides[:k]:
-            home = work / f"home-{side}-{model.stem}-{trials}"
-            if side != "cold":
-                shutil.copytree(stores[side], home, ignore=shutil.ignore_patterns("logs"))
-            rows.append(job(model, trials, side, home, work / f"out-{side}-{model.stem}-{trials}",
-                            work))
+    for run in range(runs):
+        for trials in budgets:
+            sides = ["cold", *stores]
+            k = turn % len(sides)
+            turn += 1
+            for side in sides[k:] + sides[:k]:
+                name = f"{side}-{model.stem}-{trials}-{run}"
+                home = work / f"home-{name}"
+                shutil.rmtree(home, ignore_errors=True)
+                if side != "cold":
+                    shutil.copytree(stores[side], home, ignore=shutil.ignore_patterns("logs"))
+                shutil.rmtree(work / f"out-{name}", ignore_errors=True)
+                rows.append({**job(model, trials, side, home, work / f"out-{name}", work),
+                             "run": run})
     return rows
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def heldout_table(home: Path) -> list[str]:
@@ -123,8 +134,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def verdicts(name: str, rows: list[dict[str, Any]], plain: dict[str, Any] | None,
              untuned: float) -> list[str]:
     """The issue's targets for one held-out model, each with its numbers."""
-    us = {(r["side"], r["trials"]): r["tuned_us"] for r in rows}
-    wall = {(r["side"], r["trials"]): r["wall_s"] for r in rows}
+    # over several runs a side: their medians
+    cells = {(r["side"], r["trials"]) for r in rows}
+    us = {c: median([r["tuned_us"] for r in rows if (r["side"], r["trials"]) == c]) for c in cells}
+    wall = {c: median([r["wall_s"] for r in rows if (r["side"], r["trials"]) == c]) for c in cells}
     out = []
     for trials in sorted({r["trials"] for r in rows}):
         for side in sorted({r["side"] for r in rows} - {"cold"}):
@@ -155,6 +168,9 @@ def main() -> int:
     ap.add_argument("--held-out", default="squeeze,hybrid")
     ap.add_argument("--fill-trials", type=int, default=32)
     ap.add_argument("--trials", default="4,16")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the stores an earlier run left in --work (no fill)")
     ap.add_argument("--plain", type=int, default=64)
     ap.add_argument("--plain-models", default="squeeze")
     ap.add_argument("--out", default=str(Path(__file__).with_name("learn.md")))
@@ -173,15 +189,16 @@ def main() -> int:
                    check=True, capture_output=True)
     t0 = time.monotonic()
     home = work / "home-fill"
-    fills = []
-    for name in filter(None, args.unrelated.split(",")):
+    fills: list[dict[str, Any]] = []
+    for name in filter(None, args.unrelated.split(",") if not args.reuse else []):
         fills.append(job(work / f"{name}.pt2", args.fill_trials, "fill", home,
                          work / f"fill-{name}", work))
     stores = {}
     if args.unrelated:
         stores["unrelated"] = work / "store-unrelated"
-        shutil.copytree(home, stores["unrelated"], ignore=shutil.ignore_patterns("logs"))
-    for name in filter(None, args.fill.split(",")):
+        if not args.reuse:
+            shutil.copytree(home, stores["unrelated"], ignore=shutil.ignore_patterns("logs"))
+    for name in filter(None, args.fill.split(",") if not args.reuse else []):
         fills.append(job(work / f"{name}.pt2", args.fill_trials, "fill", home,
                          work / f"fill-{name}", work))
     stores = {"warm": home, **stores}
@@ -193,7 +210,7 @@ def main() -> int:
                                "heldout": checked, "models": {}}
     for turn, name in enumerate(filter(None, args.held_out.split(","))):
         model = work / f"{name}.pt2"
-        rows = held_out(model, budgets, stores, work, turn)
+        rows = held_out(model, budgets, stores, work, turn, args.runs)
         plain = None
         if name in args.plain_models.split(","):
             p = plain_metaschedule(model, args.plain, work / f"plain-{name}")
@@ -225,27 +242,28 @@ def report(results: dict[str, Any]) -> str:
              "bench/learn.py)", "",
              f"`python bench/learn.py {' '.join(sys.argv[1:])}`. Stores: unrelated = "
              f"{a['unrelated']}; warm = unrelated + {a['fill']}; {a['fill_trials']} trials a "
-             f"task ({results['fill_s']} s). Held out (in no store): {a['held_out']}. "
-             "One run a side (what this session could afford); each tuned model timed 3 times "
+             f"task ({'filled by an earlier run, reused' if a.get('reuse') else str(results['fill_s']) + ' s'}). Held out (in no store): {a['held_out']}. "
+             f"{a.get('runs', 1)} run(s) a side (each its own job on a fresh copy of its store; "
+             "the targets below compare the runs' medians); each tuned model timed 3 times "
              "in fresh processes, rotating order: the median and every timing are shown.", "",
-             "| model | trials/task | side | tuned us (median; runs) | vs cold | job wall s | "
-             "vs cold | measured | from store | transfer applied / tried |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| model | trials/task | side | run | tuned us (median; timings) | vs cold | "
+             "job wall s | vs cold | measured | from store | transfer applied / tried |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in results["models"].items():
-        cold = {r["trials"]: r for r in m["rows"] if r["side"] == "cold"}
-        for r in m["rows"]:
-            c = cold.get(r["trials"], {})
+        cold = {(r["trials"], r.get("run", 0)): r for r in m["rows"] if r["side"] == "cold"}
+        for r in sorted(m["rows"], key=lambda r: (r["trials"], r["side"], r.get("run", 0))):
+            c = cold.get((r["trials"], r.get("run", 0)), {})
             lines.append(
-                f"| {name} | {r['trials']} | {r['side']} | {r['tuned_us']} "
+                f"| {name} | {r['trials']} | {r['side']} | {r.get('run', 0)} | {r['tuned_us']} "
                 f"({' / '.join(map(str, r['runs_us']))}) | {ratio(r['tuned_us'], c.get('tuned_us'))} | "
                 f"{r['wall_s']} | {ratio(r['wall_s'], c.get('wall_s'))} | {r['measured']} | "
                 f"{r['from_store']} | {r['transfer_applied']} / {r['transfer_tried']} |")
         p = m["plain"]
         if p:
-            lines.append(f"| {name} | {p['trials']} | plain MetaSchedule | {p['tuned_us']} "
+            lines.append(f"| {name} | {p['trials']} | plain MetaSchedule | 0 | {p['tuned_us']} "
                          f"({' / '.join(map(str, p['runs_us']))}) | | {p['wall_s']} | | "
                          f"{p['measured']} ({p['valid']} valid) | | |")
-        lines.append(f"| {name} | | untuned | {m['untuned_us']} | | | | | | |")
+        lines.append(f"| {name} | | untuned | | {m['untuned_us']} | | | | | | |")
     lines += ["", "The warm store's cost model, checked on held-out workloads per operator family "
               "(workers/metaschedule/heldout.py):", "", *results["heldout"]]
     lines += ["", "Targets (issue 47), per model:", ""]
