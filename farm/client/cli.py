@@ -233,7 +233,6 @@ def _lab_commands(sub: Commands) -> None:
                          "GPU's, e.g. 384 for a Mali Bifrost); default pocl's own")
     ph.set_defaults(func=cmd_phones)
 
-
     f = sub.add_parser("flower", help="Flower on the farm's broker (rounds, progress, workers)")
     f.add_argument("--address", default="127.0.0.1")
     f.add_argument("--port", type=int, default=5555)

@@ -98,7 +98,6 @@ def sidecar(base: Path, env: dict[str, str] | None = None) -> Path:
     or the build fails (its log named)."""
     import tvm
 
-
     missing = missing_packages()
     if missing:
         raise ServiceError(f"OpenCL phones need {', '.join(missing)}", subject="opencl",

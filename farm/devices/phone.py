@@ -83,7 +83,6 @@ def _slow_sessions(delay_s: float) -> None:
     fork) calls `_server_env`, which registers `load_module`; ours wraps it in a sleep."""
     import tvm_ffi
 
-
     def slowed(original: Callable[..., object]) -> Callable[..., object]:
         def server_env(load_library: object, work_path: object = None) -> object:
             env = original(load_library, work_path)

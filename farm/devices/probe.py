@@ -74,7 +74,6 @@ def probe_phone(tracker: str, profile: DeviceProfile, timeout_s: float = 60.0) -
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
-
     t0 = time.perf_counter()
     subject = f"phone of key {profile.key} (tracker {tracker})"
     target = tvm.target.Target(profile.target_json())

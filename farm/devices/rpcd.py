@@ -48,7 +48,6 @@ def _survive_crashed_sessions() -> None:
     culprit (workers/metaschedule/callback.py)."""
     import os
 
-
     def guard(serving: Callable[..., None]) -> Callable[..., None]:
         def guarded(conn: object, addr: object, opts: object, load_library: object) -> None:
             cwd = os.getcwd()
@@ -73,7 +72,6 @@ def runtime_only() -> None:
     app does (no compiler, no linker: a candidate must come linked). Raises RuntimeError
     when TVM's compiler is already loaded here (too late to be a phone)."""
     import os
-
 
     if compiler_loaded():
         raise RuntimeError("TVM's compiler is loaded in this process: it cannot be a phone")

@@ -48,7 +48,6 @@ def thermometer(profile: DeviceProfile) -> Thermometer | None:
         return None
     import tvm
 
-
     target = tvm.target.Target(profile.target_json())
     cc = linker(profile)
     known = (str(target), cc or "")
@@ -63,7 +62,6 @@ def read(session: RPCSession, thermo: Thermometer) -> float:
     READING_REPEAT measurements of at least READING_MS each (~50 ms a reading)."""
     import numpy as np
     import tvm
-
 
     name = f"thermometer-{uuid.uuid4().hex[:8]}.so"  # never a library the phone has mapped
     session.upload(thermo.path, name)

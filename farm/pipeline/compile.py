@@ -82,7 +82,6 @@ def _default_schedule(target: Target,
         return []
     import tvm
 
-
     @tvm.transform.module_pass(opt_level=0)
     def default_schedule(mod: IRModule, _ctx: object) -> IRModule:
         return gpu_default_schedule(mod, target, max_threads)

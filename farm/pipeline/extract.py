@@ -135,7 +135,6 @@ def _flop(mod: IRModule) -> float:
     # imported outside the try: a moved estimator is an error, not 0 FLOPs for every task
     from tvm.s_tir.analysis import estimate_tir_flops
 
-
     register_flop_estimator()
 
     try:

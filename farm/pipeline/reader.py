@@ -103,7 +103,6 @@ def main(folder: str) -> int:
     import numpy as np
     import tvm
 
-
     out = Path(folder)
     req = json.loads(sys.stdin.read())
     try:

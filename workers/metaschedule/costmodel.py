@@ -311,7 +311,6 @@ def pretrained_cost_model(store: ArchivedRecords, workload_key: str, workload: W
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-
     model = XGBModel(num_tuning_cores=threads, extractor=CachedFeatures())
     candidates, results = [], []
     chosen = learnable(store.entries(workload_key))[:PRETRAIN_LIMIT]  # picked by entries

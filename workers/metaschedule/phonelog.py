@@ -104,7 +104,6 @@ def create_session(log_path: str, tracker: str, cooldown_s: float, rpc_config: R
     `heat`: the profile's thermometer, read when the phone's last reading is old enough."""
     from tvm.rpc import client
 
-
     aside = _aside(log_path)
     give_up = time.monotonic() + rpc_config.session_timeout_sec / 2  # then take any phone
     try:

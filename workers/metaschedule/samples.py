@@ -70,7 +70,6 @@ def featurize(task: TuneTask, recs: list[StoredRecord], threads: int = 1) -> dic
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-
     workload = Workload(load_mod(task))
     context = TuneContext(mod=workload.mod, target=tvm.target.Target(task.target),
                           task_name="features", num_threads=threads)

@@ -382,7 +382,6 @@ def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts:
     with the first batch (`baseline_candidate`)."""
     import tvm
 
-
     single = facts.single
     plan = SearchPlan(
         want=facts.trials,
