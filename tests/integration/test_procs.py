@@ -105,3 +105,49 @@ def test_each_view_counts_the_cpu_its_calls_took_in_their_processes(processes):
     # the process's whole CPU, its start (TVM's import) included, is told to one view or the other
     assert abs(builds.cpu_s + runs.cpu_s - spent) < 0.05
     assert builds.cpu_s > 0.8 + 0.3  # the start landed on its first call, a build
+
+
+def export_unless_told_to_stall(flag: str, rt_mod: object) -> str:
+    """A builder's export (in its build process) that stalls while `flag` exists: a candidate
+    whose code generation takes far longer than the others'."""
+    from farm.devices.cross import export_shared
+
+    while os.path.exists(flag):
+        time.sleep(0.2)
+    return export_shared(None, rt_mod)  # type: ignore[arg-type]
+
+
+def test_a_build_far_slower_than_its_builders_others_is_cut_short(tmp_path, monkeypatch):
+    """Once a builder has built a few candidates, one that takes BOUND_FACTOR times their
+    90th percentile is killed there (a build failure), not at the setting's 60 s: a random
+    schedule with deep unrolling held a build process 42 s in the tests."""
+    import functools
+
+    import tvm
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from farm.devices.probe import candidate, workload
+    from workers.metaschedule import builder
+
+    monkeypatch.setattr(builder, "BOUND_AFTER", 2)  # the module's 16, sooner
+    monkeypatch.setattr(builder, "BOUND_FLOOR_S", 1.0)
+    flag = tmp_path / "stall"
+    with tvm_children_without_torch():
+        wb = builder.WarmBuilder(1, 60, 64, functools.partial(export_unless_told_to_stall,
+                                                              str(flag)))
+    try:
+        job = BuilderInput(candidate(workload()), tvm.target.Target("llvm"))
+        assert wb.bound.seconds() == 60  # no builds seen yet: the setting
+        assert [r.error_msg for r in wb.build([job, job])] == [None, None]
+        bound = wb.bound.seconds()
+        assert 1.0 <= bound < 30, bound
+        flag.write_text("")
+        t0 = time.monotonic()
+        (stalled,) = wb.build([job])
+        took = time.monotonic() - t0
+        flag.unlink()
+        assert stalled.artifact_path is None and took < bound + 10, took
+        assert stalled.error_msg.startswith(f"build timeout: killed after {bound:.0f} s")
+        assert [r.error_msg for r in wb.build([job])] == [None]  # a fresh process builds on
+    finally:
+        wb.shutdown()
