@@ -18,7 +18,9 @@ from farm.devices import opencl, tracker
 from farm.pipeline import ingest as ingest_stage
 from farm.pipeline.modelfile import check_model
 from farm.pipeline.options import SubmitOptions
-from farm.store import RecordStore, configured_store
+from farm.store import configured_store
+from farm.store.hosts import HostRegistry
+from farm.store.jobs import JobReader
 
 
 def check_options(opts: SubmitOptions) -> None:
@@ -215,7 +217,7 @@ def check_runs_here(profile: DeviceProfile) -> None:
                               f"phones of key {profile.key}")
 
 
-def check_name_free(store: RecordStore, name: str | None) -> None:
+def check_name_free(store: JobReader, name: str | None) -> None:
     """`--name` held by a running job: refused before the model is read."""
     if name and store.holds_name(holder := store.job_named(name), ""):
         raise name_held(name, str(holder))
@@ -226,7 +228,7 @@ def name_held(name: str, holder: str) -> UsageError:
                       hint=f"pick another name, or `farm cancel {holder}`")
 
 
-def wait_for_devices(store: RecordStore, device_key: str, wait_s: float) -> None:
+def wait_for_devices(store: HostRegistry, device_key: str, wait_s: float) -> None:
     """Fail fast (or wait `wait_s`) when no worker host has phones of `device_key`."""
 
     deadline = time.monotonic() + wait_s
