@@ -1,8 +1,8 @@
-"""What a torch.export archive (.pt2) would run when torch loads it, read without torch.
+"""What a torch.export zip (.pt2) would run when torch loads it, read without torch.
 
 A .pt2 is meant to be data: the program as JSON, weights and constants as raw bytes. But
 `torch.export.load` (torch 2.13) also unpickles, with `weights_only=False`:
-- a weight or constant whose entry in the archive's payload config says `use_pickle`;
+- a weight or constant whose entry in the zip's payload config says `use_pickle`;
 - a constant stored as a custom or opaque object (`custom_obj_*`, `opaque_obj_*`);
 - the legacy single-file weights and constants (`data/weights/<model>.pt`);
 and it loads AOTInductor packages (`data/aotinductor/`: compiled native code). Each is a way
@@ -10,7 +10,7 @@ for the file to run code as the user. `pickled_payloads` names every such entry,
 `farm submit` refuses the file unless `--allow-pickle` is given, and `tensors_only` refuses
 any unpickling torch attempts beyond tensors while it loads (the configs can lie).
 Also here: which kind of torch file a model is (`sniff_format`), and what its format needs
-(`check_model`): all read from the archive's entries, never unpickled.
+(`check_model`): all read from the zip's entries, never unpickled.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ _OBJECTS = ("custom_obj_", "opaque_obj_")  # constants torch unpickles as Python
 
 
 def pickled_payloads(path: Path) -> list[str]:
-    """The entries of the archive at `path` that loading it would unpickle or run (empty for
+    """The entries of the zip at `path` that loading it would unpickle or run (empty for
     a plain torch.export.save of tensors). Raises zipfile.BadZipFile / OSError / ValueError
-    for an archive that cannot be read (the caller says so)."""
+    for a zip that cannot be read (the caller says so)."""
     found: list[str] = []
     for rel, read in _entries(path):
         if rel.startswith("data/aotinductor/"):
@@ -45,19 +45,19 @@ def pickled_payloads(path: Path) -> list[str]:
 
 
 def _entries(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    """Each entry of the archive at `path`: its name within the archive's folder (as torch
+    """Each entry of the zip at `path`: its name within the zip's folder (as torch
     names it), and how to read it."""
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-        root = archive_root(names)
+        root = zip_root(names)
         for name in names:
             yield name[len(root):], functools.partial(zf.read, name)
 
 
-def archive_root(names: list[str]) -> str:
-    """The archive's own top folder (`resnet/`, or `data/` for a file saved as data.pt2), as
-    torch finds it: the folder of the archive's first entry, which every entry must be in
-    (torch reads `<root>/<name>` and refuses an archive with an entry elsewhere). ValueError
+def zip_root(names: list[str]) -> str:
+    """The zip's own top folder (`resnet/`, or `data/` for a file saved as data.pt2), as
+    torch finds it: the folder of the zip's first entry, which every entry must be in
+    (torch reads `<root>/<name>` and refuses a zip with an entry elsewhere). ValueError
     when there is none, an entry lies outside it, or two entries have one name (the zip
     reader here and torch's could read different ones)."""
     if not names or "/" not in names[0]:
@@ -65,17 +65,17 @@ def archive_root(names: list[str]) -> str:
     root = names[0].split("/", 1)[0] + "/"
     outside = [n for n in names if not n.startswith(root)]
     if outside:
-        raise ValueError(f"entry {outside[0]!r} lies outside the archive's folder {root!r}")
+        raise ValueError(f"entry {outside[0]!r} lies outside the zip's folder {root!r}")
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"entry {twice[0]!r} is in the archive twice")
+        raise ValueError(f"entry {twice[0]!r} is in the zip twice")
     return root
 
 
 def code_payloads(path: Path) -> list[str]:
     """What a TorchScript file would run as torch loads it or that no graph shows: a class's
     `__setstate__` (TorchScript code run while the file loads, before any check), and
-    objects of C++ classes (`torch.classes`: native methods). Read from the archive's
+    objects of C++ classes (`torch.classes`: native methods). Read from the zip's
     entries, never loaded; raises as `pickled_payloads` does."""
     found: list[str] = []
     for rel, read in _entries(path):
@@ -136,7 +136,7 @@ def refuse_code(path: Path, fmt: str) -> None:
     try:
         payloads = pickled_payloads(path) if fmt == "torch.export" else code_payloads(path)
     except (zipfile.BadZipFile, OSError, ValueError) as e:
-        raise IngestError(f"cannot read the archive: {e}", subject=str(path)) from e
+        raise IngestError(f"cannot read the zip: {e}", subject=str(path)) from e
     if payloads:
         raise UsageError(f"this {fmt} file holds what torch would unpickle or run as code: "
                          f"{listed(payloads)}", subject=str(path),
@@ -149,7 +149,7 @@ PICKLE_HINT = "pass --allow-pickle if you trust it, or submit a torch.export .pt
 
 
 def sniff_format(path: Path) -> str:
-    """Which kind of torch file this is, from its archive entries (never unpickling it)."""
+    """Which kind of torch file this is, from its zip entries (never unpickling it)."""
     if not path.exists():
         raise IngestError("no such file", subject=str(path))
     if path.is_dir():
@@ -162,13 +162,13 @@ def sniff_format(path: Path) -> str:
             bad = zf.testzip()
     except zipfile.BadZipFile as e:
         raise IngestError(
-            "not a model: not a torch archive (truncated or not made by torch.export.save, "
+            "not a model: not a torch file, whose files are zips (truncated, or not made by torch.export.save, "
             "torch.jit.save or torch.save)", subject=str(path)) from e
     except (OSError, EOFError, zipfile.LargeZipFile) as e:
-        raise IngestError(f"cannot read the archive (truncated or corrupt?): {e}",
+        raise IngestError(f"cannot read the zip (truncated or corrupt?): {e}",
                           subject=str(path)) from e
     if bad is not None:
-        raise IngestError(f"corrupt archive: entry {bad} fails its CRC check", subject=str(path))
+        raise IngestError(f"corrupt zip: entry {bad} fails its CRC check", subject=str(path))
     root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
     rel = {n[len(root):] for n in names if n.startswith(root)}  # as torch reads them
     if "archive_format" in rel or any(n.startswith("models/") for n in rel):
@@ -185,7 +185,7 @@ def tensors_only(torch: ModuleType, path: Path) -> Iterator[None]:
     """While a .pt2 loads, torch unpickles tensors only: a call that asks for more (torch's
     own fallback for sample inputs that fail to load weights-only) is refused, and so is
     any plain unpickling (`pickle.loads`, torch's `_pickle_load_obj`: how torch.export.load
-    reads opaque and custom objects), whatever the archive's configs said
+    reads opaque and custom objects), whatever the zip's configs said
     (farm/pipeline/modelfile.py read them; they can lie)."""
     import pickle
 

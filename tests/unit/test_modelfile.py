@@ -1,5 +1,5 @@
 """A .pt2 is data; one crafted to carry a pickle is refused and its payload never runs
-(farm/pipeline/modelfile.py: the archive read without torch, then torch held to tensors)."""
+(farm/pipeline/modelfile.py: the .pt2 zip read without torch, then torch held to tensors)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_a_pickled_weight_is_refused_and_not_run(tmp_path):
 
 def test_a_pickle_the_configs_do_not_name_is_refused_while_loading(tmp_path):
     """The sample inputs are always a torch.save pickle, and torch falls back to an unsafe
-    load when a weights-only one fails: the archive's configs say nothing of it."""
+    load when a weights-only one fails: the zip's configs say nothing of it."""
     from farm.pipeline import ingest
 
     marker = tmp_path / "ran"
@@ -88,7 +88,7 @@ def test_a_pickle_the_configs_do_not_name_is_refused_while_loading(tmp_path):
     assert not marker.exists()
 
 
-def test_plain_archives_load_and_compiled_code_is_named(tmp_path):
+def test_plain_zips_load_and_compiled_code_is_named(tmp_path):
     from farm.pipeline.modelfile import pickled_payloads
 
     plain = _plain(tmp_path)
@@ -126,7 +126,7 @@ def _opaque(src: Path, dst: Path, marker: Path) -> Path:
 
 @pytest.mark.parametrize("name", ["data", "models"])
 def test_a_pt2_named_like_a_folder_of_its_own_is_gated_and_held(tmp_path, name):
-    """torch.export.save(ep, "data.pt2") names the archive's folder `data/`: the gate read
+    """torch.export.save(ep, "data.pt2") names the zip's folder `data/`: the gate read
     nothing to refuse, and the opaque object's pickle ran as the file loaded."""
     import torch
 
@@ -147,7 +147,7 @@ def test_a_pt2_named_like_a_folder_of_its_own_is_gated_and_held(tmp_path, name):
     assert modelfile.check_model(src, None, allow_pickle=False) == "torch.export"
 
 
-def test_an_entry_outside_the_archives_folder_is_refused(tmp_path):
+def test_an_entry_outside_the_zips_folder_is_refused(tmp_path):
     """torch reads `<folder of the first entry>/<name>`: an entry elsewhere is something the
     gate and torch would read differently."""
     from farm.pipeline import modelfile
@@ -156,7 +156,7 @@ def test_an_entry_outside_the_archives_folder_is_refused(tmp_path):
     odd = _rewrite(plain, tmp_path / "odd.pt2", lambda n, d: d)
     with zipfile.ZipFile(odd, "a") as z:
         z.writestr("other/data/constants/opaque_obj_0", b"x")
-    with pytest.raises(Exception, match="outside the archive's folder"):
+    with pytest.raises(Exception, match="outside the zip's folder"):
         modelfile.check_model(odd, None, allow_pickle=False)
 
 
