@@ -360,3 +360,31 @@ def test_fit_tiles_keeps_the_inner_factors_that_divide():
     assert fit_tiles([2, 1, 24, 2], 48) == [1, 1, 24, 2]
     assert fit_tiles([1, 16], 12) == [1, 12]  # 16 does not divide 12: its largest divisor below
     assert fit_tiles([4, 8, 7], 30) == [1, 5, 6]
+
+
+def test_a_stale_key_model_ranks_now_and_is_retrained_after_the_round(farm_store):
+    """A round whose key model is stale ranks with it as it is and leaves the retraining for
+    after the round (`train_pending`, which workers/host/app.py calls once the round is done):
+    training in the round's set-up held up the first round of the jobs after a job that grew
+    the store by 19 s (bench/learn.md). With no model at all, a round still trains one first
+    (test_a_round_of_a_new_workload_trains_the_key_model_and_ranks_with_it)."""
+    from farm.core import keys
+    from workers.metaschedule import costmodel
+
+    store, profile, tasks, _ = farm_store
+    mkey = model_key(profile.key, profile.target_json())
+    store.r.delete(keys.model_training(mkey))
+    if not store.cost_model(mkey).get("booster"):
+        assert costmodel.train(store, mkey) is not None
+    fields = store.cost_model(mkey)
+    store.put_cost_model(mkey, {**fields, "samples": "1"})  # the key grew since: stale
+    store.r.delete(keys.model_training(mkey))
+    version = int(fields["version"])
+    costmodel._PENDING.clear()
+    model = costmodel.key_model(store, tasks[0])
+    assert model is not None and model.version == version  # ranked with as it was
+    assert int(store.cost_model(mkey)["version"]) == version and mkey in costmodel._PENDING
+    assert costmodel.train_pending(store) == [mkey]  # after the round
+    assert int(store.cost_model(mkey)["version"]) == version + 1
+    assert not costmodel._PENDING and costmodel.train_pending(store) == []
+    assert not costmodel.stale(store, mkey, store.cost_model(mkey))

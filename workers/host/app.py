@@ -25,6 +25,7 @@ from farm.jobs.dispatch import ROUND_TASK, SEARCH_TASK, make_app
 from farm.jobs.fence import RoundFence, RoundStopped
 from farm.store import RecordStore, StoreUnavailable, TaskState, configured_store
 from farm.store.store import RecordsAndJobs, updated
+from workers.metaschedule import costmodel
 from workers.round.context import WorkerContext
 from workers.round.gate import Gate
 from workers.round.handoff import HOLD_S
@@ -108,7 +109,10 @@ def build_app(config: FarmConfig, tracker: str, node: str,
     def search_task(payload: JsonDict) -> JsonDict:
 
         ctx, store = process.context()
-        return serve_session(ctx, store, payload)
+        try:
+            return serve_session(ctx, store, payload)
+        finally:  # the key's model a lent round ranked with, stale: retrained now
+            costmodel.train_pending(store, ctx.config.search_threads)
 
     # max_retries=None: a round waiting for another job's lease retries until the lease is free
     app.task(name=ROUND_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
@@ -162,6 +166,8 @@ def tune_round(process: RoundProcess, task: CeleryTask, payload: JsonDict) -> Js
     if not finished:  # fenced out: the copy that holds the round moves the job on
         return {"skipped": "fenced out"}
     continue_job(process.app, store, req, result)
+    # the key's model, where the round ranked with a stale one: after the round is done
+    costmodel.train_pending(store, ctx.search_threads(ctx.profile(req.device_key)))
     if result.handed_off:  # stay busy a moment: the idle host, not this one, takes the rest
         time.sleep(HOLD_S)
     return result.to_json()

@@ -227,15 +227,27 @@ def stale(store: ModelStore, mkey: str, fields: dict[str, str]) -> bool:
     return current >= MIN_SAMPLES and current - trained >= max(MIN_GROWTH, RETRAIN_GROWTH * trained)
 
 
+# keys whose stale model this process's rounds ranked with: retrained after the round
+# (`train_pending`), not before it. Training takes seconds to tens of seconds (19 s for 1,120
+# records of 35 workloads on 2 cores, bench/learn.md): in a round's set-up it held up the
+# first round of every job that came after a job that grew the store, most of a small job's
+# wall. A model that knows most of the store ranks as well meanwhile.
+_PENDING: set[str] = set()
+
+
 def key_model(store: ModelStore, task: TuneTask, threads: int = 1) -> KeyModel | None:
-    """The key's model for a round of `task`, retrained first when it is stale and no other
-    round is training it; None when the key has too few records for one."""
+    """The key's model for a round of `task`; None when the key has too few records for one.
+    A stale one is used as it is and retrained after the round (`train_pending`); with none
+    yet, the round trains it first (unless another round is training it)."""
     mkey = model_key(task.device_key, task.target)
     fields = store.cost_model(mkey)
-    if stale(store, mkey, fields) and store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
-        model = train(store, mkey, threads)
-        if model is not None:
-            return model
+    if stale(store, mkey, fields):
+        if fields.get("booster"):
+            _PENDING.add(mkey)
+        elif store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
+            model = train(store, mkey, threads)
+            if model is not None:
+                return model
     if not fields.get("booster"):
         return None
     try:
@@ -243,6 +255,23 @@ def key_model(store: ModelStore, task: TuneTask, threads: int = 1) -> KeyModel |
     except Exception as e:  # noqa: BLE001 - a bad model only costs the warm start
         log.warning("cost model %s unreadable, not used: %s", mkey, e)
         return None
+
+
+def train_pending(store: ModelStore, threads: int = 1) -> list[str]:
+    """After a round: retrain the stale key models this process's rounds ranked with, each
+    unless another round is training it or it is fresh by now; the keys trained."""
+    done = []
+    while _PENDING:
+        mkey = _PENDING.pop()
+        if not stale(store, mkey, store.cost_model(mkey)) or \
+                not store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
+            continue
+        try:
+            if train(store, mkey, threads) is not None:
+                done.append(mkey)
+        except Exception as e:  # noqa: BLE001 - the next round ranks with the model it has
+            log.warning("cost model %s: retraining failed: %s", mkey, e)
+    return done
 
 
 @derived_object
