@@ -377,7 +377,8 @@ def test_a_stale_key_model_ranks_now_and_is_retrained_after_the_round(farm_store
     if not store.cost_model(mkey).get("booster"):
         assert costmodel.train(store, mkey) is not None
     fields = store.cost_model(mkey)
-    store.put_cost_model(mkey, {**fields, "samples": "1"})  # the key grew since: stale
+    grown = int(costmodel.key_records(store, mkey) * 0.6)  # the key grew by 2/3 since: stale
+    store.put_cost_model(mkey, {**fields, "samples": str(grown)})
     store.r.delete(keys.model_training(mkey))
     version = int(fields["version"])
     costmodel._PENDING.clear()
@@ -388,3 +389,10 @@ def test_a_stale_key_model_ranks_now_and_is_retrained_after_the_round(farm_store
     assert int(store.cost_model(mkey)["version"]) == version + 1
     assert not costmodel._PENDING and costmodel.train_pending(store) == []
     assert not costmodel.stale(store, mkey, store.cost_model(mkey))
+    # a model far behind the store (its key's records doubled since): retrained first, so
+    # that retrainings lost after rounds (a farm stopped with its job) cannot pile up
+    fields = store.cost_model(mkey)
+    store.put_cost_model(mkey, {**fields, "samples": str(costmodel.key_records(store, mkey) // 3)})
+    store.r.delete(keys.model_training(mkey))
+    assert costmodel.key_model(store, tasks[0]).version == version + 2
+    assert not costmodel._PENDING

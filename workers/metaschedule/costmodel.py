@@ -235,14 +235,23 @@ def stale(store: ModelStore, mkey: str, fields: dict[str, str]) -> bool:
 _PENDING: set[str] = set()
 
 
+def far_behind(store: ModelStore, mkey: str, fields: dict[str, str]) -> bool:
+    """The key's records at least doubled since its model learned: retrained before a round
+    ranks with it, not after. A retraining left for after a round can be lost (the embedded
+    farm stops with its job, a worker gives a task 10 s to end): this bounds how far behind
+    the store a model ranks however often that happens."""
+    return key_records(store, mkey) >= 2 * int(fields.get("samples", 0) or 0)
+
+
 def key_model(store: ModelStore, task: TuneTask, threads: int = 1) -> KeyModel | None:
     """The key's model for a round of `task`; None when the key has too few records for one.
     A stale one is used as it is and retrained after the round (`train_pending`); with none
-    yet, the round trains it first (unless another round is training it)."""
+    yet, or one far behind the store, the round trains it first (unless another round is
+    training it)."""
     mkey = model_key(task.device_key, task.target)
     fields = store.cost_model(mkey)
     if stale(store, mkey, fields):
-        if fields.get("booster"):
+        if fields.get("booster") and not far_behind(store, mkey, fields):
             _PENDING.add(mkey)
         elif store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
             model = train(store, mkey, threads)
