@@ -272,14 +272,13 @@ def train_pending(store: ModelStore, threads: int = 1) -> list[str]:
     done = []
     while _PENDING:
         mkey = _PENDING.pop()
-        if not stale(store, mkey, store.cost_model(mkey)) or \
-                not store.claim(keys.model_training(mkey), TRAIN_CLAIM_S):
-            continue
         try:
-            if train(store, mkey, threads) is not None:
+            if stale(store, mkey, store.cost_model(mkey)) and \
+                    store.claim(keys.model_training(mkey), TRAIN_CLAIM_S) and \
+                    train(store, mkey, threads) is not None:
                 done.append(mkey)
-        except Exception as e:  # noqa: BLE001 - the next round ranks with the model it has
-            log.warning("cost model %s: retraining failed: %s", mkey, e)
+        except Exception as e:  # noqa: BLE001 - the round is done; the next one ranks with
+            log.warning("cost model %s: retraining failed: %s", mkey, e)  # the model it has
     return done
 
 
