@@ -12,8 +12,8 @@ address a worker's session connected to (workers/metaschedule/runner.py learns i
   idle_s = work_s - busy_s.
 - *Heat*: its thermometer's readings (farm/devices/thermometer.py): the fastest reading is
   its baseline; two readings in a row more than a share slower make it hot, set it aside
-  for a rest and are counted (`hot`); the time of its last cool reading bounds which measurements a hot one
-  puts in doubt.
+  for a rest and are counted (`hot`); the time of its last cool reading bounds which
+  measurements a hot one puts in doubt.
 
 Contract of every `PhoneLedger` (tests/unit/test_store_*.py): spans add to their
 phone's totals (busy, measurements, device lost) and to their job's list, in order;

@@ -56,5 +56,3 @@ def translate_errors(cls: type[T]) -> type[T]:
             continue  # private, a property (r, rb), a static or class method, an attribute
         setattr(cls, name, _translating(attr, lambda owner: redact(owner.url)))
     return cls
-
-
