@@ -16,6 +16,18 @@ From the second batch on, the evolutionary search runs as usual, starting from t
 batch's measurements. A cold workload seeded with its relatives' best schedules
 (workers/metaschedule/transfer.py) measures those instead: the search then starts from them.
 
+While a borrowed model ranks (the key's, corrected by the round's samples), the evolutionary
+search does not score its population with it: scoring a schedule means lowering it and
+computing its features (~20-40 ms a convolution), and the search scores its whole population
+every genetic iteration, ~3x `search_population` schedules a batch: 20 CPU s of a 16-trial
+squeeze job against 5-8 s for a cold one (bench/learn.md), whose untrained model scores at
+random without features. Instead the search evolves as a cold round's does (mutants of the
+measured best and random samples, scored at random) and proposes `pool` times the batch; the
+borrowed model ranks that pool once and the batch is its best, with a random share
+(firstbatch.ranked_pick, as the ranked first batch). The model that has not seen the workload
+picks among candidates and does not steer the evolution; its cost is one feature extraction
+per pooled candidate.
+
 TVM's default schedule of the workload (its TIR as lowered: what an untuned build runs) is
 one candidate of the workload's first batch, once in the store's life (`baseline`): a random
 schedule is often slower than it at small budgets (an instance norm: 93 us at its best of 2
@@ -30,10 +42,13 @@ an import becomes a job's choice only after a phone of the farm has timed it.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
@@ -54,13 +69,14 @@ from farm.store.store import FAILED_RUN_SECS, ModelStore, RecordReader
 from farm.tir.module import record_json
 from workers.metaschedule.baseline import baseline_candidate
 from workers.metaschedule.database import tuning_record
-from workers.metaschedule.firstbatch import RankedSample
+from workers.metaschedule.firstbatch import RankedSample, ranked_pick
 from workers.metaschedule.inflight import InFlight, Proposed
 from workers.metaschedule.transfer import seeds
 
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
 VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
+POOL = 4  # a borrowed model picks each batch from so many times the batch (the search's, blind)
 
 
 def record_of(cand: MeasureCandidate, workload: Workload, target: Target,
@@ -96,6 +112,8 @@ class SearchPlan:
       given more trials than this (measure.py), as stored proposals use up its trials;
     - `cold`: a cold workload: its first batch sampled at random;
     - `sample`: ranked by a borrowed model: the first batch from so many random (firstbatch.py);
+    - `pool`: ranked by a borrowed model: the evolutionary search, blind, proposes `pool` x
+      a batch, of which the model picks the batch (0: the search ranks with the model);
     - `verify`: untrusted stored records to measure before the search starts (their own batch);
     - `seed`: makes the first candidates from the round's TuneContext (transfer.py);
     - `baseline`: TVM's default schedule is measured with the first batch;
@@ -107,6 +125,7 @@ class SearchPlan:
     want: int = 0
     cold: bool = False
     sample: int = 0
+    pool: int = 0
     verify: list[StoredRecord] = field(default_factory=list)
     seed: Seeds | None = None
     baseline: bool = False
@@ -155,6 +174,29 @@ def evolutionary(population: int = 128, iters: int = 2) -> SearchStrategy:
 
 
 @derived_object
+class Blind(PyCostModel):
+    """Scores at random, as XGBModel does before it has warmed up, without features or
+    MetaSchedule's global random state: what a pooled search evolves under."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+
+    def load(self, path: str) -> None:
+        pass
+
+    def save(self, path: str) -> None:
+        pass
+
+    def update(self, context: TuneContext, candidates: list[MeasureCandidate],
+               results: list[RunnerResult]) -> None:
+        pass
+
+    def predict(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
+        return self.rng.uniform(0.0, 1.0, len(candidates))
+
+
+@derived_object
 class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordReader, tuned: TunedWorkload, plan: SearchPlan | None = None,
                  inner: SearchStrategy | None = None,
@@ -177,6 +219,9 @@ class StoreAwareSearch(PySearchStrategy):
         self._first_out = False  # it proposed its batch: the next come from the evolutionary one
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
         self.verify = list(plan.verify)  # measured first, then dropped
+        # a borrowed model picks each batch from `pool` x the batch (pre_tuning: its `ranker`)
+        self.pool, self.per_batch, self.ranker = 0 if plan.cold else plan.pool, 0, None
+        self.rng = random.Random(0)
         self.seed = plan.seed  # used once
         self.origins = plan.origins if plan.origins is not None else {}
         self.context: TuneContext | None = None
@@ -185,6 +230,7 @@ class StoreAwareSearch(PySearchStrategy):
 
     def _initialize_with_tune_context(self, context: TuneContext) -> None:
         self.context = context
+        self.rng = random.Random(int(context.rand_state))  # the round's seed: reproducible
         self.inner._initialize_with_tune_context(context)
         if self.first is not None:
             self.first._initialize_with_tune_context(context)
@@ -201,9 +247,14 @@ class StoreAwareSearch(PySearchStrategy):
             batch = min(max_trials, num_trials_per_iter)
             self.first.pre_tuning(batch, batch, design_spaces, database, cost_model)
             rest = max_trials - batch
-        if rest > 0:
-            self.inner.pre_tuning(rest, num_trials_per_iter, design_spaces, database, cost_model)
         self._inner_active = rest > 0
+        if rest <= 0:
+            return
+        if self.pool and cost_model is not None:  # the search evolves blind; the model picks
+            self.ranker, self.per_batch = cost_model, num_trials_per_iter
+            rest, num_trials_per_iter = rest * self.pool, num_trials_per_iter * self.pool
+            cost_model = Blind(self.rng.randrange(2 ** 31))
+        self.inner.pre_tuning(rest, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
         self._end_first()
@@ -323,6 +374,8 @@ class StoreAwareSearch(PySearchStrategy):
                 return None
             batch = self._sort(list(proposed), first)
             self.counts["skipped"] += len(batch.known) + len(batch.twins) + len(batch.ahead)
+            if self.ranker is not None and not first:
+                batch.fresh = self._picked(batch, min(left, self.per_batch))
             if self.want:
                 batch.fresh = batch.fresh[:left]  # the rest of the batch is told as not measured
             if batch.fresh:
@@ -337,6 +390,15 @@ class StoreAwareSearch(PySearchStrategy):
         log.info("workload %s: the search proposed only stored candidates %d times in a row; "
                  "ending the round", self.tuned.key, MAX_KNOWN_BATCHES)
         return None
+
+    def _picked(self, batch: Proposed, n: int) -> list[int]:
+        """The `n` fresh candidates of a pooled batch the borrowed model picks (its best, with
+        a random share); the rest is told to the search as not measured."""
+        if len(batch.fresh) <= n:
+            return batch.fresh
+        scores = self.ranker.predict(self.context,  # type: ignore[union-attr]
+                                     [batch.cands[i] for i in batch.fresh])
+        return [batch.fresh[i] for i in ranked_pick(list(scores), n, self.rng)]
 
     def _baseline(self) -> list[MeasureCandidate]:
         """TVM's default schedule, once, unless the store has measured it already."""
@@ -367,7 +429,8 @@ class StoreAwareSearch(PySearchStrategy):
 
     def clone(self) -> StoreAwareSearch:
         """A twin sharing the counts, with what is left of the plan."""
-        left = SearchPlan(want=self.want, cold=self.cold, sample=self.sample, verify=self.verify,
+        left = SearchPlan(want=self.want, cold=self.cold, sample=self.sample, pool=self.pool,
+                          verify=self.verify,
                           seed=self.seed, baseline=self.baseline, stop=self.stop,
                           tvm_version=self.tvm_version, origins=self.origins)
         return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
@@ -387,6 +450,7 @@ def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts:
         want=facts.trials,
         cold=not facts.ranked_by and not single,  # ... is sampled at random
         sample=config.first_sample if facts.borrowed and not single else 0,
+        pool=POOL if facts.borrowed and not single else 0,
         verify=[] if single else to_verify(store, task.workload_key),
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
         baseline=not single,
