@@ -56,17 +56,45 @@ def transfer_counts(home: Path) -> tuple[int, int]:
     return applied, tried
 
 
+def cpu_parts(cpu: dict[str, Any]) -> dict[str, float]:
+    """A job's host CPU seconds per part of its rounds (summary.json's "cpu"), phone hosts'
+    and helpers' together."""
+    parts: dict[str, float] = {}
+    for side in ("phone_hosts_s", "helpers_s"):
+        for part, s in (cpu.get(side) or {}).items():
+            parts[part] = round(parts.get(part, 0.0) + s, 2)
+    return parts
+
+
+def cpu_table(models: dict[str, Any]) -> list[str]:
+    """Per held-out model, budget and side: the mean over its runs of each part's CPU s."""
+    rows = [r | {"model": name} for name, m in models.items() for r in m["rows"]
+            if r.get("cpu_parts_s")]
+    parts = sorted({p for r in rows for p in r["cpu_parts_s"]})
+    lines = ["| model | trials/task | side | runs | " + " | ".join(parts) + " | sum |",
+             "|---|---|---|---|" + "---|" * (len(parts) + 1)]
+    for key in sorted({(r["model"], r["trials"], r["side"]) for r in rows}):
+        runs = [r for r in rows if (r["model"], r["trials"], r["side"]) == key]
+        mean = {p: sum(r["cpu_parts_s"].get(p, 0.0) for r in runs) / len(runs) for p in parts}
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(runs)} | "
+                     + " | ".join(f"{mean[p]:.1f}" for p in parts)
+                     + f" | {sum(mean.values()):.1f} |")
+    return lines
+
+
 def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     before = transfer_counts(home) if home.exists() else (0, 0)
     run = farm_submit(model, trials, out, home, env=threads_env(1, work))
     after = transfer_counts(home)
     tasks = run["summary"]["tasks"]
+    cpu = run["summary"].get("cpu") or {}
     row = {"model": model.stem, "trials": trials, "side": side, "wall_s": round(run["wall_s"], 1),
            "tuning_s": round(run["tuning_s"], 1), "measured": run["trials"],
            "from_store": sum(t["trials_from_store"] for t in tasks),
            "transfer_applied": after[0] - before[0], "transfer_tried": after[1] - before[1],
-           "log": run["log"], "job_id": run["summary"]["job_id"]}
+           "log": run["log"], "job_id": run["summary"]["job_id"],
+           "cpu_s": cpu.get("total_s"), "cpu_parts_s": cpu_parts(cpu)}
     print(json.dumps({**row, "elapsed_s": round(time.monotonic() - t0)}), flush=True)
     return row
 
@@ -264,6 +292,9 @@ def report(results: dict[str, Any]) -> str:
                          f"({' / '.join(map(str, p['runs_us']))}) | | {p['wall_s']} | | "
                          f"{p['measured']} ({p['valid']} valid) | | |")
         lines.append(f"| {name} | | untuned | | {m['untuned_us']} | | | | | | |")
+    lines += ["", "Host CPU seconds per job, by part of its rounds (summary.json's account; the "
+              "mean of the runs a side; set-up is the cost model's and the search's):", "",
+              *cpu_table(results["models"])]
     lines += ["", "The warm store's cost model, checked on held-out workloads per operator family "
               "(workers/metaschedule/heldout.py):", "", *results["heldout"]]
     lines += ["", "Targets (issue 47), per model:", ""]
