@@ -254,6 +254,7 @@ def fill_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -
     store = open_store(url)
     rng = random.Random(1000 + index)
     r = store.r
+    keep_best = store._conn.scripts.keep_best  # noqa: SLF001 - the commit's script, pipelined
     variants: dict[str, list[tuple[str, bytes, str]]] = {}
     for wk in wks:
         zdict = zdict_of(make_record(rng, wk, "fill", "h"))
@@ -269,11 +270,11 @@ def fill_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -
         entry, blob, us = variants[wk][n % 8]
         if us:
             us = repr(rng.uniform(20, 400))
-        store._script(keys=[keys.records(wk), keys.best(wk), keys.job_measured("fill"),
-                            keys.job_counts("fill"), keys.unverified(wk), keys.hot(wk),
-                            keys.spool()],
-                      args=[f"{rng.getrandbits(128):032x}", entry, blob, us, wk, "1", "1",
-                            "0.27.0.post1", str(store.hot_records)], client=pipe)
+        keep_best(keys=[keys.records(wk), keys.best(wk), keys.job_measured("fill"),
+                        keys.job_counts("fill"), keys.unverified(wk), keys.hot(wk),
+                        keys.spool()],
+                  args=[f"{rng.getrandbits(128):032x}", entry, blob, us, wk, "1", "1",
+                        "0.27.0.post1", str(store.hot_records)], client=pipe)
         if n % 500 == 499:
             pipe.execute()
             if index == 0:
@@ -334,18 +335,19 @@ def grow_proc(url: str, index: int, wks: list[str], count: int, out: mp.Queue) -
     store = open_store(url)
     rng = random.Random(7000 + index)
     r = store.r
+    keep_best = store._conn.scripts.keep_best  # noqa: SLF001 - the commit's script, pipelined
     zdicts = {}
     for wk in wks:  # set by the workload's first record, as add_record does
-        zdicts[wk] = store._zdict(wk, make_record(rng, wk, "grow", "h"))  # noqa: SLF001
+        zdicts[wk] = store._records._zdict(wk, make_record(rng, wk, "grow", "h"))  # noqa: SLF001
     pipe = r.pipeline(transaction=False)
     for n in range(count):
         wk = wks[n % len(wks)]
         rec = make_record(rng, wk, "grow", f"host-{n % 100:03d}")
-        store._script(keys=[keys.records(wk), keys.best(wk), "", "", keys.unverified(wk),
-                            keys.hot(wk), keys.spool()],
-                      args=[rec.candidate, entry_of(rec), pack(rec, zdicts[wk]),
-                            "" if rec.run_us is None else repr(rec.run_us), wk, "1", "1",
-                            rec.tvm, str(store.hot_records)], client=pipe)
+        keep_best(keys=[keys.records(wk), keys.best(wk), "", "", keys.unverified(wk),
+                        keys.hot(wk), keys.spool()],
+                  args=[rec.candidate, entry_of(rec), pack(rec, zdicts[wk]),
+                        "" if rec.run_us is None else repr(rec.run_us), wk, "1", "1",
+                        rec.tvm, str(store.hot_records)], client=pipe)
         if n % 500 == 499:
             pipe.execute()
     pipe.execute()

@@ -13,7 +13,7 @@ from importlib import metadata
 
 from farm.core import keys
 from farm.core.aliases import JsonDict, RPCSession
-from farm.core.config import FarmConfig
+from farm.core.config import FarmConfig, redact
 from farm.core.errors import FarmError
 from farm.core.profiles import DeviceProfile, resolve_profile
 from farm.devices.tracker import request_phone
@@ -62,7 +62,6 @@ def check_cross_compiler(profile: DeviceProfile) -> str:
 
 def check_store(url: str) -> str:
     from farm.store import open_store
-    from farm.store.redis.store import redact
 
     store = open_store(url)
     t0 = time.perf_counter()

@@ -478,17 +478,18 @@ def test_redis_away_while_the_drain_reads_is_no_dead_letter(clean_redis, tmp_pat
         store.add_record(rec(f"v{i}", 10.0 + i))
     spooled = store.spool_size()
     assert spooled > 0
-    store._zdict_cache.clear()
-    real = store._zdict
+    records = store._records  # the spool reads a record's dictionary through the records part
+    records._zdict_cache.clear()
+    real = records._zdict
 
     def away(*args, **kwargs):
         raise redis.ConnectionError("Redis away")
 
-    monkeypatch.setattr(store, "_zdict", away)
+    monkeypatch.setattr(records, "_zdict", away)
     with pytest.raises(redis.ConnectionError):
         drain(store, store.archive)
     assert (store.dead_letters(), store.spool_size()) == (0, spooled)
-    monkeypatch.setattr(store, "_zdict", real)
+    monkeypatch.setattr(records, "_zdict", real)
     assert drain(store, store.archive) == spooled
     assert store.dead_letters() == 0
     store.close()

@@ -115,7 +115,9 @@ def test_a_redis_that_does_not_answer_is_the_farms_own_error(tmp_path):
     url = f"redis://:secret@127.0.0.1:{port}/0"
     store = open_store(url)
     for call in (lambda: store.task_states("j1"), lambda: store.records("wk"),
-                 lambda: store.acquire_lease("wk", "me", 10), lambda: store.phone_stats(),
+                 lambda: store.best("wk"), lambda: store.spool_size(),
+                 lambda: store.acquire_lease("wk", "me", 10), lambda: store.hosts(),
+                 lambda: store.phone_stats(), lambda: store.full(),
                  lambda: open_broker(url).depth("tune.k"),
                  lambda: SearchSessions(url).open_now()):
         with pytest.raises(StoreUnavailable) as got:
@@ -123,4 +125,34 @@ def test_a_redis_that_does_not_answer_is_the_farms_own_error(tmp_path):
         assert isinstance(got.value, ServiceError) and got.value.exit_code == 5
         assert isinstance(got.value, redis.ConnectionError)
         assert "secret" not in str(got.value) and f"127.0.0.1:{port}" in str(got.value)
+        assert not isinstance(got.value.__cause__, StoreUnavailable)  # translated once
     store.close()
+
+
+def test_the_redis_store_hands_every_call_of_its_parts_on_itself():
+    """RedisStore's parts (farm/store/redis/) are reached only through its methods, which
+    translate their errors: a part's method of the contract RedisStore did not hand on would
+    leave the contract's default in its place (round_holders' one read per round, a health
+    check that says nothing) or reach no caller."""
+    import inspect
+
+    from farm.store.redis.coordination import RedisCoordination
+    from farm.store.redis.health import RedisHealth
+    from farm.store.redis.hosts import RedisHosts
+    from farm.store.redis.jobs import RedisJobs
+    from farm.store.redis.phones import RedisPhoneLedger
+    from farm.store.redis.records import RedisRecords
+    from farm.store.redis.spool import RedisSpool
+    from farm.store.redis.store import RedisStore
+    from farm.store.store import RecordStore
+
+    contract = {n for n in dir(RecordStore) if not n.startswith("_")
+                and callable(getattr(RecordStore, n))}
+    parts = (RedisRecords, RedisSpool, RedisJobs, RedisCoordination, RedisHosts,
+             RedisPhoneLedger, RedisHealth)
+    kept = {n for part in parts for n in vars(part) if n in contract}
+    # RedisStore's own methods (translate_errors wraps the inherited ones on it too)
+    own = {n for n, f in vars(RedisStore).items() if inspect.isfunction(f)
+           and getattr(f, "__wrapped__", f).__qualname__.startswith("RedisStore.")}
+    assert kept <= own, f"not handed on by RedisStore: {sorted(kept - own)}"
+    assert contract - {"close", "require_job", "holds_name"} <= kept

@@ -1,4 +1,4 @@
--- Shared by keep_best.lua and remove_records.lua (prepended to both by records.py).
+-- Shared by keep_best.lua and remove_records.lua (prepended to both by connection.py).
 -- A records hash maps a candidate to its entry, "<us>|<failure class>|<1 verified>|<tvm>|<t>"
 -- (farm/store/packing.py), or, in a store written before that layout, its whole JSON record.
 

@@ -47,9 +47,10 @@ def _translating(method: Callable[..., Any], where: Callable[[Any], str]) -> Cal
 
 
 def translate_errors(cls: type[T]) -> type[T]:
-    """Every public method of `cls` (a Redis part of the store, with a `url`) raises the
-    farm's StoreUnavailable where redis-py raised (its methods' own `except redis...` inside
-    see redis-py's errors as before)."""
+    """Every public method of `cls` (a class through which calls enter the Redis backend, with
+    a `url`: RedisStore, whose parts are reached only through it, BrokerQueues,
+    SearchSessions) raises the farm's StoreUnavailable where redis-py raised (its methods'
+    own `except redis...` inside, and the parts, see redis-py's errors as before)."""
     for name in dir(cls):
         attr = inspect.getattr_static(cls, name)
         if name.startswith("_") or not inspect.isfunction(attr):

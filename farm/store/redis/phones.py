@@ -1,4 +1,5 @@
-"""The phones' ledger on Redis (farm/store/phones.py says what it keeps)."""
+"""The phones' ledger on Redis (farm/store/phones.py says what it keeps): `RedisPhoneLedger`,
+a part of RedisStore (store.py), on the store's connection (connection.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import zlib
 
 from farm.core import keys
-from farm.core.aliases import RedisClient
 from farm.store.phones import (
     SPANS_KEPT,
     PhoneLedger,
@@ -15,18 +15,19 @@ from farm.store.phones import (
     heat_verdict,
     phone_stat,
 )
+from farm.store.redis.connection import RedisConnection
 
 
 class RedisPhoneLedger(PhoneLedger):
-    """The ledger on Redis (mixed into RedisStore: `r` is its client)."""
+    """The phones' ledger of RedisStore."""
 
-    r: RedisClient
-    rb: RedisClient  # replies as bytes
+    def __init__(self, conn: RedisConnection) -> None:
+        self.conn = conn
 
     def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
         if not spans:
             return
-        pipe = self.r.pipeline()
+        pipe = self.conn.r.pipeline()
         for sp in spans:
             hkey = keys.phone(sp.key, sp.phone)
             pipe.sadd(keys.phone_index(), f"{sp.key}|{sp.phone}")
@@ -38,7 +39,7 @@ class RedisPhoneLedger(PhoneLedger):
         pipe.execute()
         # a batch's spans as one compressed item: they repeat their job, task, round and
         # phones (~360 bytes of JSON a span as items of their own, a fifth of it so)
-        pipe = self.rb.pipeline()
+        pipe = self.conn.rb.pipeline()
         for job_id in {sp.job_id for sp in spans}:
             mine = [sp.to_json() for sp in spans if sp.job_id == job_id]
             pipe.rpush(keys.job_phone_spans(job_id),
@@ -48,7 +49,7 @@ class RedisPhoneLedger(PhoneLedger):
         pipe.execute()
 
     def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
-        pipe = self.r.pipeline()
+        pipe = self.conn.r.pipeline()
         pipe.sadd(keys.phone_index(), f"{key}|{phone}")
         pipe.hincrbyfloat(keys.phone(key, phone), "work_s", seconds)
         pipe.hset(keys.phone(key, phone), "worker", worker)
@@ -57,7 +58,7 @@ class RedisPhoneLedger(PhoneLedger):
     def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
                    aside_s: float) -> float:
         losses = keys.phone_losses(key, phone)
-        pipe = self.r.pipeline()
+        pipe = self.conn.r.pipeline()
         pipe.zadd(losses, {repr(at): at})
         pipe.zremrangebyscore(losses, "-inf", at - window_s)
         pipe.zcard(losses)
@@ -65,7 +66,7 @@ class RedisPhoneLedger(PhoneLedger):
         if pipe.execute()[2] < limit:
             return 0.0
         until = at + aside_s
-        pipe = self.r.pipeline()
+        pipe = self.conn.r.pipeline()
         pipe.sadd(keys.phone_index(), f"{key}|{phone}")
         pipe.hset(keys.phone(key, phone), mapping={"aside_until": repr(until), "aside_why": "lost"})
         pipe.delete(losses)
@@ -77,23 +78,24 @@ class RedisPhoneLedger(PhoneLedger):
         # read, decide, write: a phone's readings come from the one host whose tracker holds
         # it, one session at a time, so two readings of a phone do not race
         hkey = keys.phone(key, phone)
-        hot, base, cool_at, fields = heat_verdict(self.r.hgetall(hkey), us, at, share, rest_s)
-        pipe = self.r.pipeline()
+        hot, base, cool_at, fields = heat_verdict(self.conn.r.hgetall(hkey), us, at, share,
+                                                  rest_s)
+        pipe = self.conn.r.pipeline()
         pipe.sadd(keys.phone_index(), f"{key}|{phone}")
         pipe.hset(hkey, mapping=fields)
         pipe.execute()
         return hot, base, cool_at
 
     def phone_stats(self) -> list[PhoneStat]:
-        members = sorted(self.r.smembers(keys.phone_index()))
-        pipe = self.r.pipeline()
+        members = sorted(self.conn.r.smembers(keys.phone_index()))
+        pipe = self.conn.r.pipeline()
         for m in members:
             pipe.hgetall(keys.phone(*m.split("|", 1)))
         return [phone_stat(m, raw) for m, raw in zip(members, pipe.execute(), strict=True)]
 
     def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
         out = []
-        for item in self.rb.lrange(keys.job_phone_spans(job_id), 0, -1):
+        for item in self.conn.rb.lrange(keys.job_phone_spans(job_id), 0, -1):
             if item[:1] == b"{":  # one span as JSON (a store written before)
                 out.append(PhoneSpan.loads(item.decode()))
             else:

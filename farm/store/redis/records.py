@@ -1,4 +1,5 @@
-"""Workloads, records, features and cost models on Redis, compactly (farm/store/packing.py).
+"""Workloads, records, features and cost models on Redis, compactly (farm/store/packing.py):
+`RedisRecords`, a part of RedisStore (store.py), on the store's connection (connection.py).
 
 Per workload: an entry for every candidate ever measured (`records`), the K fastest whole
 records packed (`hot`; the slowest leaves when a K+1st comes), the best, and the workload's TIR compressed.
@@ -12,19 +13,15 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import redis
 
 from farm.core import keys
-from farm.core.aliases import RedisClient, RedisScript
-from farm.core.config import redact
 from farm.core.errors import StoreError
 from farm.core.messages import TuneTask
-from farm.store.cold import archived
 from farm.store.learned import model_key
 from farm.store.packing import (
     dictionary_id,
@@ -39,28 +36,23 @@ from farm.store.packing import (
     unsqueeze_bytes,
     zdict_of,
 )
+from farm.store.redis.connection import RedisConnection
 from farm.store.store import HOT_RECORDS, Entry, StoredRecord, check_run_us, on_phone
 
 if TYPE_CHECKING:
-    from farm.store.cold import Archive
     from farm.store.features import LocalFeatures
 
 log = logging.getLogger(__name__)
 
-
-def lua_script(name: str) -> str:
-    """A Lua script of the store, from this folder."""
-    return Path(__file__).with_name(name).read_text()
-
-
-_BEST = lua_script("best.lua")  # shared functions, prepended to the scripts that keep the best
-KEEP_BEST = _BEST + lua_script("keep_best.lua")
-REMOVE = _BEST + lua_script("remove_records.lua")
 REPLICAS_READ_S = 10.0  # how often a client asks the primary how many replicas it has
 REPLICA_WAIT_S = 2.0  # how long a commit waits for one replica's acknowledgment
 _FULL = ("the store is full (Redis maxmemory reached, it evicts nothing)",
          "records so far are kept; raise maxmemory (FARM_REDIS_MAXMEMORY or redis.conf), "
          "then `farm resume` the job")
+
+# a whole record read from the archive (workload key, candidate hash; None: not there, or the
+# store has no archive): the store's, which drains the spool first under its lease
+FromArchive = Callable[[str, str], StoredRecord | None]
 
 
 @dataclass
@@ -73,33 +65,32 @@ class Replicas:
 
 
 class RedisRecords:
-    """The records half of RedisStore (which gives `r`, `rb`, the scripts and `url`)."""
+    """The records of RedisStore, with their workloads, features and cost models (its
+    `RecordReader`, `RecordWriter` and `LearnedStore`), on the store's connection.
+    `hot_records` whole records per workload stay in Redis, the others leave for the archive
+    and are read back through `from_archive`; `local_features`: the host's file of features
+    (farm/store/features.py), None: in Redis."""
 
-    url: str
-    hot_records: int = HOT_RECORDS
-    archive: Archive | None = None
-    local_features: LocalFeatures | None = None
-    _zdict_cache: dict[str, bytes]  # workload key -> its dictionary, read once
-    _replicas: Replicas
-    _script: RedisScript
-    _remove: RedisScript
-
-    @property
-    def r(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
-
-    @property
-    def rb(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
+    def __init__(self, conn: RedisConnection, from_archive: FromArchive,
+                 hot_records: int = HOT_RECORDS,
+                 local_features: LocalFeatures | None = None) -> None:
+        self.conn = conn
+        self.hot_records = hot_records
+        self.from_archive = from_archive
+        self.local_features = local_features
+        self._zdict_cache: dict[str, bytes] = {}  # workload key -> its dictionary, read once
+        self._replicas = Replicas()
 
     def _zdict(self, wk: str, rec: StoredRecord | None = None) -> bytes | None:
         """The workload's dictionary (set once, by its first record)."""
         cache = self._zdict_cache
         if wk in cache:
             return cache[wk]
-        raw = self.rb.hget(keys.workload(wk), "zdict")
+        raw = self.conn.rb.hget(keys.workload(wk), "zdict")
         model = zdict_of(rec) if raw is None and rec is not None else None
         if model is not None:
-            self.rb.hsetnx(keys.workload(wk), "zdict", squeeze(model))
-            raw = self.rb.hget(keys.workload(wk), "zdict")
+            self.conn.rb.hsetnx(keys.workload(wk), "zdict", squeeze(model))
+            raw = self.conn.rb.hget(keys.workload(wk), "zdict")
         if raw is None:
             return None  # none yet: records are packed alone until one is set
         cache[wk] = unsqueeze_bytes(raw)
@@ -108,45 +99,45 @@ class RedisRecords:
     # --- workloads -------------------------------------------------------------
     def put_workload(self, task: TuneTask, job_id: str = "") -> bool:
         mkey = model_key(task.device_key, task.target)
-        self.r.sadd(keys.model_workloads(mkey), task.workload_key)
+        self.conn.r.sadd(keys.model_workloads(mkey), task.workload_key)
         if task.family:
-            self.r.hset(keys.model_families(mkey), task.workload_key, task.family)
-        new = bool(self.rb.hsetnx(keys.workload(task.workload_key), "task",
-                                  squeeze(task.dumps())))
+            self.conn.r.hset(keys.model_families(mkey), task.workload_key, task.family)
+        new = bool(self.conn.rb.hsetnx(keys.workload(task.workload_key), "task",
+                                       squeeze(task.dumps())))
         if new:
-            self.r.hset(keys.workload(task.workload_key),
-                        mapping={"first_job": job_id, "created_at": str(time.time())})
-            self.r.zadd(keys.workload_index(), {task.workload_key: time.time()}, nx=True)
+            self.conn.r.hset(keys.workload(task.workload_key),
+                             mapping={"first_job": job_id, "created_at": str(time.time())})
+            self.conn.r.zadd(keys.workload_index(), {task.workload_key: time.time()}, nx=True)
         return new
 
     def get_workload(self, wk: str) -> TuneTask | None:
-        raw = self.rb.hget(keys.workload(wk), "task")
+        raw = self.conn.rb.hget(keys.workload(wk), "task")
         return None if raw is None else TuneTask.loads(unsqueeze(raw))
 
     def workload_keys(self) -> list[str]:
-        return list(self.r.zrange(keys.workload_index(), 0, -1))
+        return list(self.conn.r.zrange(keys.workload_index(), 0, -1))
 
     def model_workloads(self, mkey: str) -> list[str]:
-        return sorted(self.r.smembers(keys.model_workloads(mkey)))
+        return sorted(self.conn.r.smembers(keys.model_workloads(mkey)))
 
     def model_families(self, mkey: str) -> dict[str, str]:
-        return dict(self.r.hgetall(keys.model_families(mkey)))
+        return dict(self.conn.r.hgetall(keys.model_families(mkey)))
 
     def put_features(self, wk: str, features: dict[str, str]) -> None:
         if self.local_features is not None:  # the host's disk, not Redis (features.py)
             self.local_features.put(wk, features)
         elif features:  # float16 bytes (packing.pack_features)
-            self.rb.hset(keys.features(wk), mapping={k: pack_features(v)
-                                                     for k, v in features.items()})
+            self.conn.rb.hset(keys.features(wk), mapping={k: pack_features(v)
+                                                          for k, v in features.items()})
 
     def features(self, wk: str) -> dict[str, str]:
         if self.local_features is not None:
             return self.local_features.get(wk)
         return {k.decode(): unpack_features(v)
-                for k, v in self.rb.hgetall(keys.features(wk)).items()}
+                for k, v in self.conn.rb.hgetall(keys.features(wk)).items()}
 
     def put_cost_model(self, mkey: str, fields: dict[str, str]) -> None:
-        pipe = self.rb.pipeline(transaction=True)
+        pipe = self.conn.rb.pipeline(transaction=True)
         pipe.delete(keys.cost_model(mkey))
         if fields:
             pipe.hset(keys.cost_model(mkey), mapping={k: squeeze(v) if k == "booster" else v
@@ -155,12 +146,11 @@ class RedisRecords:
 
     def cost_model(self, mkey: str) -> dict[str, str]:
         return {k.decode(): unsqueeze(v)
-                for k, v in self.rb.hgetall(keys.cost_model(mkey)).items()}
+                for k, v in self.conn.rb.hgetall(keys.cost_model(mkey)).items()}
 
     # --- records ----------------------------------------------------------------
     def add_record(self, rec: StoredRecord) -> bool:
         check_run_us(rec)
-        self.r  # noqa: B018 - make sure the script is registered
         wk = rec.workload_key
         run_us = "" if not rec.valid else repr(float(rec.run_us))  # type: ignore[arg-type]
         zdict = self._zdict(wk, rec)
@@ -181,7 +171,7 @@ class RedisRecords:
                 # again, and the attempt id keeps a commit that did run from counting twice
                 return self._send_commit(names, args)
         except redis.exceptions.OutOfMemoryError as e:
-            raise StoreError(f"{_FULL[0]}: {e}", subject=f"{redact(self.url)}, workload {wk}",
+            raise StoreError(f"{_FULL[0]}: {e}", subject=f"{self.conn.where}, workload {wk}",
                              hint=_FULL[1]) from e
         except redis.exceptions.ResponseError as e:  # after OOM: its subclass
             if "refused" not in str(e):
@@ -192,8 +182,8 @@ class RedisRecords:
         """keep_best.lua and, where the primary has replicas, its WAIT on one connection (a
         pipeline's): WAIT counts the replicas that have this connection's writes, so on
         another connection it proves nothing."""
-        pipe = self.r.pipeline(transaction=False)
-        self._script(keys=names, args=args, client=pipe)
+        pipe = self.conn.r.pipeline(transaction=False)
+        self.conn.scripts.keep_best(keys=names, args=args, client=pipe)
         replicas = self._replica_count()
         if replicas:
             pipe.wait(1, int(REPLICA_WAIT_S * 1000))
@@ -208,7 +198,7 @@ class RedisRecords:
         no record a round was told is stored."""
         now, seen = time.monotonic(), self._replicas
         if now - seen.read_at > REPLICAS_READ_S:
-            seen.count = int(self.r.info("replication").get("connected_slaves", 0))
+            seen.count = int(self.conn.r.info("replication").get("connected_slaves", 0))
             seen.read_at = now
         return seen.count
 
@@ -219,7 +209,7 @@ class RedisRecords:
             log.warning("store: no replica acknowledged a record within %.0f s (replicas: "
                         "%d); the record is on the primary only", REPLICA_WAIT_S, replicas)
 
-    def _record_text(self, wk: str, blob: bytes) -> str:
+    def record_text(self, wk: str, blob: bytes) -> str:
         """A whole record's JSON from its packed blob, unpacked with the dictionary whose id
         the blob names (zlib's header): a dictionary cached before is read again when it is
         not that one. Raises when the record cannot be read."""
@@ -232,17 +222,17 @@ class RedisRecords:
 
     def _whole(self, wk: str, cand: str, blob: bytes) -> StoredRecord | None:
         try:
-            return StoredRecord.loads(self._record_text(wk, blob))
+            return StoredRecord.loads(self.record_text(wk, blob))
         except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
             log.warning("store: corrupt record at %s[%s] skipped: %s", keys.hot(wk), cand, e)
             return None
 
     def has_candidate(self, wk: str, candidate: str) -> bool:
-        return bool(self.r.hexists(keys.records(wk), candidate))
+        return bool(self.conn.r.hexists(keys.records(wk), candidate))
 
     def records(self, wk: str) -> list[StoredRecord]:
         out: dict[str, StoredRecord] = {}
-        pipe = self.rb.pipeline(transaction=False)
+        pipe = self.conn.rb.pipeline(transaction=False)
         pipe.hgetall(keys.hot(wk))
         pipe.hgetall(keys.records(wk))
         pipe.hgetall(keys.best(wk))
@@ -262,7 +252,7 @@ class RedisRecords:
         cands = list(dict.fromkeys(candidates))
         if not cands:
             return {}
-        pipe = self.rb.pipeline(transaction=False)
+        pipe = self.conn.rb.pipeline(transaction=False)
         pipe.hmget(keys.hot(wk), cands)
         pipe.hmget(keys.records(wk), cands)
         pipe.hmget(keys.best(wk), "cand", "record")
@@ -280,7 +270,7 @@ class RedisRecords:
 
     def entries(self, wk: str) -> list[Entry]:
         out = []
-        for cand, text in self.r.hgetall(keys.records(wk)).items():
+        for cand, text in self.conn.r.hgetall(keys.records(wk)).items():
             try:
                 out.append(parse_entry(cand, text))
             except Exception as e:  # noqa: BLE001 - reported, never fatal
@@ -289,7 +279,7 @@ class RedisRecords:
         return out
 
     def entry(self, wk: str, candidate: str) -> Entry | None:
-        text = self.r.hget(keys.records(wk), candidate)
+        text = self.conn.r.hget(keys.records(wk), candidate)
         try:
             return None if text is None else parse_entry(candidate, text)
         except Exception as e:  # noqa: BLE001
@@ -297,7 +287,7 @@ class RedisRecords:
             return None
 
     def get_record(self, wk: str, candidate: str) -> StoredRecord | None:
-        pipe = self.rb.pipeline(transaction=False)
+        pipe = self.conn.rb.pipeline(transaction=False)
         pipe.hget(keys.hot(wk), candidate)
         pipe.hget(keys.records(wk), candidate)
         pipe.hmget(keys.best(wk), "cand", "record")
@@ -307,37 +297,34 @@ class RedisRecords:
             blob = best_rec
         if blob is not None:
             return self._whole(wk, candidate, blob)
-        if entry is None or self.archive is None:
-            return None
-
-        return archived(self, self.archive, wk, candidate)  # type: ignore[arg-type]
+        return None if entry is None else self.from_archive(wk, candidate)
 
     def record_count(self, wk: str) -> int:
         # no MULTI: a full Redis (noeviction) refuses a transaction, even of reads
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.conn.r.pipeline(transaction=False)
         pipe.hlen(keys.records(wk))
         pipe.scard(keys.unverified(wk))
         total, unverified = pipe.execute()
         return int(total) - int(unverified)
 
     def unverified_count(self, wk: str) -> int:
-        return int(self.r.scard(keys.unverified(wk)))
+        return int(self.conn.r.scard(keys.unverified(wk)))
 
     def remove_records(self, wk: str, candidates: list[str]) -> int:
         if not candidates:
             return 0
-        self.r  # noqa: B018
-        return int(self._remove(keys=[keys.records(wk), keys.best(wk), keys.unverified(wk),
-                                      keys.device_lost(wk), keys.hot(wk)],
-                                args=list(candidates)))
+        return int(self.conn.scripts.remove(
+            keys=[keys.records(wk), keys.best(wk), keys.unverified(wk), keys.device_lost(wk),
+                  keys.hot(wk)],
+            args=list(candidates)))
 
     def remove_workload(self, wk: str) -> bool:
         """Its compression dictionary stays: a workload key's dictionary never changes, so a
         process that read it before (a drainer, a worker) packs and reads right when the
         workload is tuned again."""
         task = self.get_workload(wk)
-        fields = [f for f in self.r.hkeys(keys.workload(wk)) if f != "zdict"]
-        pipe = self.r.pipeline(transaction=True)
+        fields = [f for f in self.conn.r.hkeys(keys.workload(wk)) if f != "zdict"]
+        pipe = self.conn.r.pipeline(transaction=True)
         pipe.delete(keys.records(wk), keys.best(wk), keys.unverified(wk),
                     keys.device_lost(wk), keys.features(wk), keys.hot(wk))
         if fields:
@@ -353,7 +340,7 @@ class RedisRecords:
         return int(done[0]) + (int(done[1]) if fields else 0) > 0
 
     def best(self, wk: str) -> StoredRecord | None:
-        cand, blob = self.rb.hmget(keys.best(wk), "cand", "record")
+        cand, blob = self.conn.rb.hmget(keys.best(wk), "cand", "record")
         if cand is None:
             return None
         if blob is None:  # its whole record is in the archive only
@@ -361,17 +348,17 @@ class RedisRecords:
         return self._whole(wk, cand.decode(), blob)
 
     def best_candidates(self, workloads: list[str]) -> dict[str, str]:
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.conn.r.pipeline(transaction=False)
         for wk in workloads:
             pipe.hget(keys.best(wk), "cand")
         return {wk: cand for wk, cand in zip(workloads, pipe.execute(), strict=True) if cand}
 
     def note_device_lost(self, wk: str, candidate: str) -> int:
-        return int(self.r.hincrby(keys.device_lost(wk), candidate, 1))
+        return int(self.conn.r.hincrby(keys.device_lost(wk), candidate, 1))
 
     def mark_exhausted(self, wk: str, count: int) -> None:
-        self.r.hset(keys.workload(wk), "exhausted_at", str(count))
+        self.conn.r.hset(keys.workload(wk), "exhausted_at", str(count))
 
     def exhausted(self, wk: str) -> bool:
-        return self.r.hget(keys.workload(wk), "exhausted_at") is not None
+        return self.conn.r.hget(keys.workload(wk), "exhausted_at") is not None
 

@@ -1,42 +1,36 @@
 """The spool on Redis (the contract: farm/store/spool.py): a list the commit pushes onto
-(keep_best.lua), trimmed only by unspool.lua, which checks the drain lease and the batch."""
+(keep_best.lua), trimmed only by unspool.lua, which checks the drain lease and the batch.
+`RedisSpool`, a part of RedisStore (store.py), on the store's connection (connection.py)."""
 
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
 
 import redis
 
 from farm.core import keys
-from farm.core.aliases import RedisClient, RedisScript
+from farm.store.redis.connection import RedisConnection
+from farm.store.redis.records import RedisRecords
 from farm.store.spool import DRAIN_LEASE, Spool, SpoolBatch, digest
 
 log = logging.getLogger(__name__)
 
 
 class RedisSpool(Spool):
-    """The spool half of RedisStore (which gives `r`, `rb`, `_unspool` and `_record_text`)."""
+    """The spool of RedisStore; its items are read as `records` reads a whole record (with
+    its workload's dictionary)."""
 
-    _unspool: RedisScript
-
-    @property
-    def r(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
-
-    @property
-    def rb(self) -> RedisClient: ...  # noqa: D102 - given by RedisStore
-
-    @abstractmethod
-    def _record_text(self, wk: str, blob: bytes) -> str:
-        """A spooled record's JSON (RedisRecords: with its workload's dictionary)."""
+    def __init__(self, conn: RedisConnection, records: RedisRecords) -> None:
+        self.conn = conn
+        self.records = records
 
     def spooled(self, n: int) -> SpoolBatch:
-        items = self.rb.lrange(keys.spool(), 0, max(0, n - 1))
+        items = self.conn.rb.lrange(keys.spool(), 0, max(0, n - 1))
         out, unreadable = [], []
         for at, item in enumerate(items):
             wk, _, blob = item.partition(b"\n")
             try:  # as JSON text: the archive writes it as it is (no parse, no dump)
-                out.append((wk.decode(), self._record_text(wk.decode(), blob)))
+                out.append((wk.decode(), self.records.record_text(wk.decode(), blob)))
             except redis.RedisError:
                 raise  # Redis away a moment (reading the dictionary): the drain tries later
             except Exception as e:  # noqa: BLE001 - bad data must never crash a worker
@@ -48,13 +42,13 @@ class RedisSpool(Spool):
     def unspool(self, batch: SpoolBatch, owner: str) -> bool:
         if batch.taken <= 0:
             return True
-        self.r  # noqa: B018 - make sure the scripts are registered
-        done = self._unspool(keys=[keys.spool(), keys.lease(DRAIN_LEASE), keys.spool_dead()],
-                             args=[owner, batch.taken, batch.digest, *batch.unreadable])
+        done = self.conn.scripts.unspool(
+            keys=[keys.spool(), keys.lease(DRAIN_LEASE), keys.spool_dead()],
+            args=[owner, batch.taken, batch.digest, *batch.unreadable])
         return int(done) == 1
 
     def spool_size(self) -> int:
-        return int(self.r.llen(keys.spool()))
+        return int(self.conn.r.llen(keys.spool()))
 
     def dead_letters(self) -> int:
-        return int(self.r.llen(keys.spool_dead()))
+        return int(self.conn.r.llen(keys.spool_dead()))
