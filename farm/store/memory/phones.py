@@ -1,4 +1,5 @@
-"""The phones' ledger in memory (farm/store/phones.py says what it keeps)."""
+"""The phones' ledger in memory (farm/store/phones.py says what it keeps): `MemoryPhoneLedger`,
+a part of MemoryStore (store.py), with a lock of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from farm.store.phones import (
 
 
 class MemoryPhoneLedger(PhoneLedger):
-    """The ledger in memory (mixed into MemoryStore), with the Redis one's semantics."""
+    """The phones' ledger of MemoryStore, with the Redis one's semantics."""
 
     def __init__(self) -> None:
         self._phone_lock = threading.Lock()

@@ -1,4 +1,6 @@
-"""An in-memory `RecordStore` for unit tests and dry runs (one process only)."""
+"""An in-memory `RecordStore` for unit tests and dry runs (one process only): `MemoryStore`
+keeps the records, jobs, coordination and hosts itself, and hands the spool (spool.py) and
+the phones' ledger (phones.py) to its parts."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from farm.store.hosts import HostBeat
 from farm.store.learned import model_key
 from farm.store.memory.phones import MemoryPhoneLedger
 from farm.store.memory.spool import MemorySpool
+from farm.store.phones import PhoneSpan, PhoneStat
+from farm.store.spool import DRAIN_LEASE, SpoolBatch
 from farm.store.store import (
     COUNTERS,
     HOT_RECORDS,
@@ -30,17 +34,16 @@ if TYPE_CHECKING:
     from farm.store.cold import Archive
 
 
-class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
+class MemoryStore(RecordStore):
     def __init__(self, hot_records: int = HOT_RECORDS, archive: Archive | None = None) -> None:
-        MemoryPhoneLedger.__init__(self)
         self.hot_records = hot_records
         self.archive = archive
         self._lock = threading.Lock()
+        self._spool = MemorySpool(self._lock, self._drainer)
+        self._phones = MemoryPhoneLedger()
         self._workloads: dict[str, TuneTask] = {}
         self._records: dict[str, dict[str, StoredRecord]] = {}  # every one (entries)
         self._hot: dict[str, dict[str, float]] = {}  # wk -> candidate -> rank (as Redis)
-        self._spool: list[StoredRecord] = []
-        self._dead: list[StoredRecord] = []  # never: a record in memory is always readable
         self._best: dict[str, StoredRecord] = {}
         self._jobs: dict[str, JobSpec] = {}
         self._tasks: dict[str, dict[str, TaskState]] = {}
@@ -154,7 +157,7 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
         if len(hot) > max(1, self.hot_records):
             out = max(hot, key=lambda c: (hot[c], c))
             del hot[out]
-            self._spool.append(self._records[rec.workload_key][out])
+            self._spool.push(self._records[rec.workload_key][out])
 
     def _set_best(self, wk: str) -> None:
         best = best_of(list(self._records.get(wk, {}).values()))
@@ -293,6 +296,10 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
         holder, expiry = self._leases.get(key, (None, 0.0))
         return holder if holder is not None and expiry > time.time() else None
 
+    def _drainer(self) -> str | None:
+        """Who holds the spool's drain lease (acquire_lease of DRAIN_LEASE); `_lock` held."""
+        return self._holder(f"wl:{DRAIN_LEASE}")
+
     def _give_back(self, key: str, owner: str) -> None:
         with self._lock:
             if self._leases.get(key, (None, 0.0))[0] == owner:
@@ -398,3 +405,37 @@ class MemoryStore(MemorySpool, RecordStore, MemoryPhoneLedger):
                 return False
             self._flags[key] = None if ttl_s is None else now + ttl_s
             return True
+
+    # --- the spool (Spool): spool.py ---------------------------------------------------------
+    def spooled(self, n: int) -> SpoolBatch:
+        return self._spool.spooled(n)
+
+    def unspool(self, batch: SpoolBatch, owner: str) -> bool:
+        return self._spool.unspool(batch, owner)
+
+    def spool_size(self) -> int:
+        return self._spool.spool_size()
+
+    def dead_letters(self) -> int:
+        return self._spool.dead_letters()
+
+    # --- the phones' ledger (PhoneLedger): phones.py -----------------------------------------
+    def note_phone_spans(self, spans: list[PhoneSpan]) -> None:
+        self._phones.note_phone_spans(spans)
+
+    def add_phone_work(self, key: str, phone: str, worker: str, seconds: float) -> None:
+        self._phones.add_phone_work(key, phone, worker, seconds)
+
+    def phone_lost(self, key: str, phone: str, at: float, window_s: float, limit: int,
+                   aside_s: float) -> float:
+        return self._phones.phone_lost(key, phone, at, window_s, limit, aside_s)
+
+    def phone_heat(self, key: str, phone: str, us: float, at: float, share: float,
+                   rest_s: float) -> tuple[bool, float, float]:
+        return self._phones.phone_heat(key, phone, us, at, share, rest_s)
+
+    def phone_stats(self) -> list[PhoneStat]:
+        return self._phones.phone_stats()
+
+    def job_phone_spans(self, job_id: str) -> list[PhoneSpan]:
+        return self._phones.job_phone_spans(job_id)
