@@ -51,7 +51,7 @@ from farm.store import RecordStore
 from farm.store.store import FarmView
 
 if TYPE_CHECKING:
-    from farm.client.cache import ImportReport
+    from farm.client.cache import ImportTally
     from farm.client.jobs import ProgressFeed
     from farm.client.progress import LiveView
     from farm.core.messages import JobSpec
@@ -175,8 +175,9 @@ class Cache:
             return cache.export(store, Path(out_dir), device_key)
 
     def import_log(self, log_dir: str | Path, device_key: str | None = None,
-                   retarget: bool = False) -> ImportReport:
-        """Seed the store from a JSONDatabase folder (unverified records); the report."""
+                   retarget: bool = False) -> ImportTally:
+        """Seed the store from a JSONDatabase folder (unverified records); the tally of what
+        it took and refused."""
         from farm.client import cache
         from farm.pipeline.job import tuned_profile
 

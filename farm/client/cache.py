@@ -165,7 +165,7 @@ def export_all(store: ArchivedRecords, out_dir: Path, device_key: str | None = N
 
 
 @dataclass
-class ImportReport:
+class ImportTally:
     """What `farm cache import` took and what it refused (reason -> count, and examples)."""
 
     workloads: int = 0
@@ -184,7 +184,7 @@ class ImportReport:
         return out
 
 
-def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, JsonValue]]:
+def _read_lines(path: Path, tally: ImportTally) -> list[tuple[int, JsonValue]]:
     out = []
     try:
         text = path.read_text()
@@ -196,9 +196,9 @@ def _read_lines(path: Path, report: ImportReport) -> list[tuple[int, JsonValue]]
         try:
             out.append((n, json.loads(line)))
         except ValueError as e:
-            report.refuse("not JSON", f"{path.name}:{n}: {e}")
+            tally.refuse("not JSON", f"{path.name}:{n}: {e}")
         except RecursionError:  # a crafted line nested thousands deep
-            report.refuse("nested too deeply to be a record", f"{path.name}:{n}")
+            tally.refuse("nested too deeply to be a record", f"{path.name}:{n}")
     return out
 
 
@@ -212,27 +212,27 @@ def check_log_dir(log_dir: Path) -> None:
 
 
 def _read_workloads(log_dir: Path, profile: DeviceProfile,
-                    report: ImportReport) -> dict[int, tuple[Workload, str] | None]:
+                    tally: ImportTally) -> dict[int, tuple[Workload, str] | None]:
     """database_workload.json: line index -> (workload, its key here), None when unreadable."""
     import tvm
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import Workload
 
     workloads: dict[int, tuple[Workload, str] | None] = {}
-    for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", report)):
+    for index, (n, row) in enumerate(_read_lines(log_dir / "database_workload.json", tally)):
         try:
             wl = Workload.from_json(row)
             workloads[index] = (wl, workload_key(tvm_ffi.structural_hash(wl.mod),
                                                  profile.target_json(), profile.key))
         except Exception as e:  # noqa: BLE001 - one bad workload refuses its records only
             workloads[index] = None
-            report.refuse("workload unreadable", f"database_workload.json:{n}: {last_line(e)}")
+            tally.refuse("workload unreadable", f"database_workload.json:{n}: {last_line(e)}")
             continue
         calls = foreign_calls(tvm.ir.save_json(wl.mod))
         if calls:  # its kernels would call whatever it names, on the builder and the phones
             workloads[index] = None
-            report.refuse(f"its TIR calls outside TVM's operators ({', '.join(calls)})",
-                          f"database_workload.json:{n}")
+            tally.refuse(f"its TIR calls outside TVM's operators ({', '.join(calls)})",
+                         f"database_workload.json:{n}")
     return workloads
 
 
@@ -261,64 +261,64 @@ def _imported(data: JsonList, wk: str, secs: list[float], failed: bool, host: st
 
 
 def import_log(store: RecordsAndJobs, log_dir: Path, profile: DeviceProfile,
-               retarget: bool = False) -> ImportReport:
+               retarget: bool = False) -> ImportTally:
     """Seed the store from a JSONDatabase folder, record by record, as unverified records.
 
     Each record is checked: its workload reads back, its trace applies to the workload, its
     run times are finite and > 0 (or MetaSchedule's failure mark), its target is the
     profile's (unless `retarget`: then it is filed under the profile's target). A record that
-    fails a check is refused and counted in the report. Imported records warm the search and
+    fails a check is refused and counted in the tally. Imported records warm the search and
     the cost model; none is a job's final choice before a phone of the farm measured it."""
     import tvm
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     check_log_dir(log_dir)
-    report = ImportReport()
+    tally = ImportTally()
     source = f"import:{log_dir.resolve()}"
     host = socket.gethostname()
     want = tvm.target.Target(profile.target_json())
-    workloads = _read_workloads(log_dir, profile, report)
+    workloads = _read_workloads(log_dir, profile, tally)
     filed: dict[str, IRModule] = {}  # workload key -> the store's module of it
     renames: dict[int, Rename] = {}  # workload line -> its records' translation to that module
-    for n, row in _read_lines(log_dir / "database_tuning_record.json", report):
+    for n, row in _read_lines(log_dir / "database_tuning_record.json", tally):
         where = f"database_tuning_record.json:{n}"
         found, why = _row_problem(row, workloads)
         if found is None:
-            report.refuse(why, where)
+            tally.refuse(why, where)
             continue
         wl, wk = found
         try:
             rec = tuning_record(row[1], wl)  # the trace applies, and makes no foreign call
             rec.as_measure_candidate()
         except UnsafeTrace as e:
-            report.refuse("its schedule calls outside TVM's operators", f"{where}: {e}")
+            tally.refuse("its schedule calls outside TVM's operators", f"{where}: {e}")
             continue
         except Exception as e:  # noqa: BLE001
-            report.refuse("its trace does not apply to its workload", f"{where}: {last_line(e)}")
+            tally.refuse("its trace does not apply to its workload", f"{where}: {last_line(e)}")
             continue
         secs = [float(x) for x in (rec.run_secs or [])]
         failed = bool(secs) and all(x >= FAILED_RUN_SECS for x in secs)
         if not failed and not (secs and all(valid_secs(x) for x in secs)):
-            report.refuse("run times not finite and > 0", f"{where}: {secs[:4]}")
+            tally.refuse("run times not finite and > 0", f"{where}: {secs[:4]}")
             continue
         if rec.target is None or _canonical(rec.target) != _canonical(want):
             if not retarget:
-                report.refuse(f"target is not the profile's ({profile.key}: {want}); "
-                              "--retarget files it under the profile", f"{where}: {rec.target}")
+                tally.refuse(f"target is not the profile's ({profile.key}: {want}); "
+                             "--retarget files it under the profile", f"{where}: {rec.target}")
                 continue
             rec = TuningRecord(rec.trace, wl, rec.run_secs, want, rec.args_info)
         try:  # to the stored module's block names (the workload filed with its first record)
             data = record_json(rec)
             data = _to_stored(store, filed, renames, row[0], found, profile, source)(data)
         except (ValueError, TypeError) as e:
-            report.refuse("its blocks differ from the stored workload's", f"{where}: {e}")
+            tally.refuse("its blocks differ from the stored workload's", f"{where}: {e}")
             continue
         if store.add_record(_imported(data, wk, secs, failed, host, source)):
-            report.new += 1
+            tally.new += 1
         else:
-            report.known += 1
-    report.workloads = len(filed)
-    return report
+            tally.known += 1
+    tally.workloads = len(filed)
+    return tally
 
 
 def _row_problem(row: JsonValue, workloads: dict[int, tuple[Workload, str] | None]

@@ -42,9 +42,9 @@ def test_cache_import_refuses_a_trace_that_links_native_code(tmp_path: Path):
     with records.open("a") as fh:  # the log as an attacker hands it over: one more line
         fh.write(json.dumps([0, poisoned(profile)]) + "\n")
     dst = open_store("memory://")
-    report = cache.import_log(dst, tmp_path / "log", profile)
-    assert report.new == 1  # the plain record
-    assert any("pragma_import_llvm" in line for line in report.lines()), report.lines()
+    tally = cache.import_log(dst, tmp_path / "log", profile)
+    assert tally.new == 1  # the plain record
+    assert any("pragma_import_llvm" in line for line in tally.lines()), tally.lines()
     assert all("pragma_import" not in str(r.record) for r in dst.records(wk))
 
 
@@ -97,9 +97,9 @@ def test_cache_import_refuses_a_workload_that_calls_out_of_tvm(tmp_path: Path):
                        ArgInfo.from_prim_func(mod["main"]))
     db.commit_tuning_record(rec)
     dst = open_store("memory://")
-    report = cache.import_log(dst, tmp_path / "log", profile, retarget=True)
-    assert report.new == 0 and dst.workload_keys() == []
-    assert any("calls outside TVM's operators (call_extern)" in line for line in report.lines())
+    tally = cache.import_log(dst, tmp_path / "log", profile, retarget=True)
+    assert tally.new == 0 and dst.workload_keys() == []
+    assert any("calls outside TVM's operators (call_extern)" in line for line in tally.lines())
 
 
 def layout_log(tmp_path: Path, profile, index_map, pad_value=None, injective=False) -> Path:
@@ -139,8 +139,8 @@ def test_an_honest_layout_transform_imports_and_replays(tmp_path: Path):
     profile = resolve_profile("cpu-local")
     log = layout_log(tmp_path, profile, lambda i, j: (j, i))
     dst = open_store("memory://")
-    report = cache.import_log(dst, log, profile)
-    assert (report.new, report.lines()) == (1, [])
+    tally = cache.import_log(dst, log, profile)
+    assert (tally.new, tally.lines()) == (1, [])
     (wk,) = dst.workload_keys()
     (rec,) = dst.records(wk)
     json.dumps(rec.record)  # plain JSON, as the store keeps it
@@ -154,10 +154,10 @@ def test_an_index_map_that_calls_a_function_is_refused_at_import(tmp_path: Path)
     profile = resolve_profile("cpu-local")
     log = layout_log(tmp_path, profile, evil_map, injective=True)
     dst = open_store("memory://")
-    report = cache.import_log(dst, log, profile)
-    assert report.new == 0
+    tally = cache.import_log(dst, log, profile)
+    assert tally.new == 0
     assert dst.workload_keys() == []  # no empty workload left behind
-    (line,) = report.lines()
+    (line,) = tally.lines()
     assert "TransformLayout" in line and "ir.Call" in line, line
 
 
