@@ -45,6 +45,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tvm.ir.utils import derived_object
@@ -220,7 +221,8 @@ class StoreAwareSearch(PySearchStrategy):
         self._inner_active = True  # pre_tuning turns it off when the first batch is all
         self.verify = list(plan.verify)  # measured first, then dropped
         # a borrowed model picks each batch from `pool` x the batch (pre_tuning: its `ranker`)
-        self.pool, self.per_batch, self.ranker = 0 if plan.cold else plan.pool, 0, None
+        self.pool, self.per_batch = 0 if plan.cold else plan.pool, 0
+        self.ranker: Any = None  # the round's cost model, as TVM hands it to pre_tuning
         self.rng = random.Random(0)
         self.seed = plan.seed  # used once
         self.origins = plan.origins if plan.origins is not None else {}
@@ -396,8 +398,7 @@ class StoreAwareSearch(PySearchStrategy):
         a random share); the rest is told to the search as not measured."""
         if len(batch.fresh) <= n:
             return batch.fresh
-        scores = self.ranker.predict(self.context,  # type: ignore[union-attr]
-                                     [batch.cands[i] for i in batch.fresh])
+        scores = self.ranker.predict(self.context, [batch.cands[i] for i in batch.fresh])
         return [batch.fresh[i] for i in ranked_pick(list(scores), n, self.rng)]
 
     def _baseline(self) -> list[MeasureCandidate]:
