@@ -134,6 +134,23 @@ def xgb_train(model: TVMObject, xs: Sequence[object], ys: object) -> None:
     model._train(xs=xs, ys=ys)  # noqa: SLF001 - in EXPECTED
 
 
+def xgb_update(model: TVMObject, context: object, candidates: Sequence[object],
+               results: Sequence[object], train: bool = True) -> None:
+    """XGBModel `model`'s `update` (the candidates' features and costs added to its data);
+    with `train` False, without retraining its booster after it: its adaptive-training check
+    (`adaptive_training`, `last_train_size`: public attributes of its own, not parameters) is
+    made to skip for this call, and left as it was."""
+    if train:
+        model.update(context, candidates, results)
+        return
+    saved = (model.adaptive_training, model.last_train_size)
+    model.adaptive_training, model.last_train_size = True, 1 << 62
+    try:
+        model.update(context, candidates, results)
+    finally:
+        model.adaptive_training, model.last_train_size = saved
+
+
 def register_flop_estimator() -> None:
     """Import what registers TVM's FLOP estimator of TIR (`estimate_tir_flops`)."""
     _get("tvm.s_tir.meta_schedule", "_ffi_api")

@@ -284,6 +284,7 @@ def test_a_round_ranking_with_the_key_model_learns_from_its_own_batches(farm_sto
     fake_us[order] = np.linspace(400.0, 100.0, len(cands))
     ranked.update(context, cands, [RunnerResult(run_secs=[u * 1e-6], error_msg=None)
                                    for u in fake_us])
+    assert ranked.stale and ranked.corrected_on == 0  # refitted when it ranks next, not now
     after = ranked.predict(context, cands)
     assert rank_correlation(before, fake_us) < -0.9  # the key's ranking, against the batch
     # measured: 0.9+ (the correction fits the batch it learned from)

@@ -93,3 +93,37 @@ def test_no_records_gives_an_untrained_model():
     model, learned = pretrained_cost_model(store, "nothing", Workload(mod),
                                            tvm.target.Target({"kind": "llvm"}))
     assert learned == 0 and model.booster is None
+
+
+def test_a_model_in_its_warm_up_keeps_samples_untrained_and_trains_on_all_when_it_ends():
+    """`costmodel.learn`: below XGBModel's 100 warm-up samples it predicts at random whatever
+    its booster, so the samples are kept without the retraining MetaSchedule's update does
+    each batch; the batch that ends the warm-up trains it on every sample kept."""
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from workers.metaschedule.costmodel import learn, pretrained_cost_model
+
+    store = open_store("memory://", hot_records=1000)
+    wk, mod, target, truth = seed(store, count=120)
+    workload = Workload(mod)
+    recs = sorted(store.records(wk), key=lambda r: r.candidate)
+    assert len(recs) == 120
+    held = recs[:60]  # the round's store holds 60 of them; the rest come as measured batches
+    store2 = open_store("memory://", hot_records=1000)
+    store2.put_workload(store.get_workload(wk))
+    for r in held:
+        store2.add_record(r)
+    model, learned = pretrained_cost_model(store2, wk, workload, target)
+    assert learned == 60 and model.data_size == 60
+    assert model.booster is None  # in its warm-up: not trained (MetaSchedule's update would)
+    assert model.adaptive_training and model.last_train_size == 0  # left as they were
+    context = TuneContext(mod=mod, target=target, task_name="t")
+    rest = [TuningRecord.from_json(r.record, workload).as_measure_candidate() for r in recs[60:]]
+    results = [RunnerResult(run_secs=[r.run_us / 1e6], error_msg=None) for r in recs[60:]]
+    learn(model, context, rest[:20], results[:20])
+    assert model.data_size == 80 and model.booster is None
+    learn(model, context, rest[20:], results[20:])  # 120: past the warm-up
+    assert model.data_size == 120 and model.booster is not None
+    assert model.last_train_size == 120  # trained on every sample kept

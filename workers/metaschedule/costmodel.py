@@ -38,7 +38,7 @@ from tvm.s_tir.meta_schedule.database import Workload
 from farm.core import keys
 from farm.core.aliases import MeasureCandidate, TuneContext
 from farm.core.messages import TuneTask
-from farm.devices.tvmapi import xgb_train
+from farm.devices.tvmapi import xgb_train, xgb_update
 from farm.store.cold import wholes
 from farm.store.learned import model_key
 from farm.store.store import ArchivedRecords, ModelStore
@@ -282,12 +282,28 @@ def train_pending(store: ModelStore, threads: int = 1) -> list[str]:
     return done
 
 
+def learn(model: object, context: TuneContext, candidates: list[MeasureCandidate],
+          results: list[RunnerResult]) -> None:
+    """A cost model learns a measured batch (MetaSchedule's `update`). An XGBModel that is
+    still in its warm-up after it (fewer samples than `num_warmup_samples`: it predicts at
+    random, whatever its booster) keeps the samples and skips the retraining that its
+    `update` does every batch: nothing reads that booster before the warm-up ends, and the
+    training once it ends learns from every sample. A round's own model spends no CPU on
+    boosters it never ranks with (most rounds of a job at 16-64 trials a task)."""
+    if hasattr(model, "num_warmup_samples") and hasattr(model, "data_size"):
+        xgb_update(model, context, candidates, results,
+                   train=model.data_size + len(candidates) >= model.num_warmup_samples)
+    else:
+        model.update(context, candidates, results)  # type: ignore[attr-defined]
+
+
 @derived_object
 class RankedModel(PyCostModel):
     """The round's own XGBModel, ranking with the key's model until its own has warmed up:
     the key's scores corrected by the workload's own samples (stored and of this round's
     batches so far), refitted after every batch, so the round's ranking learns from what its
-    phones measure instead of staying the key's for the whole round."""
+    phones measure instead of staying the key's for the whole round. It is refitted when the
+    round ranks next, not as a batch's results come: a round's last batch ranks nothing."""
 
     def __init__(self, own: XGBModel, key: KeyModel, threads: int = 1) -> None:
         super().__init__()
@@ -296,11 +312,11 @@ class RankedModel(PyCostModel):
         self.threads = threads
         self.correction: xgboost.Booster | None = None
         self.corrected_on = 0  # own samples the correction learned from
-        self._refit()
+        self.stale = True  # samples came since the correction was fitted: refit before ranking
 
     def load(self, path: str) -> None:
         self.own.load(path)
-        self._refit()
+        self.stale = True
 
     def save(self, path: str) -> None:
         self.own.save(path)
@@ -310,10 +326,11 @@ class RankedModel(PyCostModel):
 
     def update(self, context: TuneContext, candidates: list[MeasureCandidate],
                results: list[RunnerResult]) -> None:
-        self.own.update(context, candidates, results)
-        self._refit()
+        learn(self.own, context, candidates, results)
+        self.stale = True
 
     def _refit(self) -> None:
+        self.stale = False
         groups = list(self.own.data.values())
         if self.warm() or not groups:
             self.correction, self.corrected_on = None, 0
@@ -332,6 +349,8 @@ class RankedModel(PyCostModel):
     def predict(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
         if self.warm():
             return self.own.predict(context, candidates)
+        if self.stale:
+            self._refit()
         xs = [x.numpy().astype("float32") for x in self.own.extractor.extract_from(context, candidates)]
         return self.key.predict(xs, self.correction)
 
@@ -367,7 +386,7 @@ def pretrained_cost_model(store: ArchivedRecords, workload_key: str, workload: W
     if candidates:
         np.random.seed(len(candidates))  # XGBoost's training is seeded, keep ours too
         context = TuneContext(mod=workload.mod, target=target, task_name="pretrain")
-        model.update(context, candidates, results)
+        learn(model, context, candidates, results)
     return model, len(candidates)
 
 

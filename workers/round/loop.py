@@ -32,6 +32,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
 from farm.core.aliases import IRModule, MeasureCandidate, Target, TuneContext, TVMDatabase
+from workers.metaschedule.costmodel import learn
 from workers.metaschedule.features import CachedFeatures
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ class Loop:
                                             or (r.run_secs and sum(float(s) for s in r.run_secs) > 0))]
         if keep:
             assert self.cost_model is not None
-            self.cost_model.update(self.ctx, [c for c, _ in keep], [r for _, r in keep])
+            learn(self.cost_model, self.ctx, [c for c, _ in keep], [r for _, r in keep])
 
 
 def _remove(built: list[BuilderResult]) -> None:
