@@ -77,6 +77,10 @@ class FarmConfig:
     # a round the key's model ranks (a new workload with relatives) picks its first batch from
     # this many random schedules, ranked (workers/metaschedule/firstbatch.py); 0: evolved
     first_sample: int = 64
+    # ... and picks each later batch from this many times the batch, which the evolutionary
+    # search proposes evolving blind (random scores, no features: workers/metaschedule/
+    # search.py); 0: the model scores the search's population every genetic iteration
+    search_pool: int = 4
     # 1: at a job's end, a round hands the rest of its trials to a host of its key that has
     # none (workers/round/handoff.py); 0: a round always ends where it started
     round_handoff: int = 1
@@ -145,7 +149,7 @@ class FarmConfig:
             raise bad("hot_records", "must be at most 4096")
         for name, zero in (("worker_concurrency", "automatic"), ("search_cores", "automatic"),
                            ("transfer_seeds", "never"), ("phone_work_group", "pocl's own"),
-                           ("first_sample", "evolved")):
+                           ("first_sample", "evolved"), ("search_pool", "ranked evolution")):
             if getattr(self, name) < 0:
                 raise bad(name, f"must be >= 0 (0: {zero})")
         if not 0 <= self.metrics_port < 65536:

@@ -17,12 +17,12 @@ batch's measurements. A cold workload seeded with its relatives' best schedules
 (workers/metaschedule/transfer.py) measures those instead: the search then starts from them.
 
 While a borrowed model ranks (the key's, corrected by the round's samples), the evolutionary
-search does not score its population with it: scoring a schedule means lowering it and
+search does not score its population with it (unless `search_pool` is 0): scoring a schedule means lowering it and
 computing its features (~20-40 ms a convolution), and the search scores its whole population
 every genetic iteration, ~3x `search_population` schedules a batch: 20 CPU s of a 16-trial
 squeeze job against 5-8 s for a cold one (bench/learn.md), whose untrained model scores at
 random without features. Instead the search evolves as a cold round's does (mutants of the
-measured best and random samples, scored at random) and proposes `pool` times the batch; the
+measured best and random samples, scored at random) and proposes `search_pool` times the batch; the
 borrowed model ranks that pool once and the batch is its best, with a random share
 (firstbatch.ranked_pick, as the ranked first batch). The model that has not seen the workload
 picks among candidates and does not steer the evolution; its cost is one feature extraction
@@ -77,7 +77,6 @@ from workers.metaschedule.transfer import seeds
 log = logging.getLogger(__name__)
 MAX_KNOWN_BATCHES = 8  # batches of only stored candidates in a row before the search gives up
 VERIFY_TOP = 4  # untrusted stored records (imports) a round measures first, the best claimed
-POOL = 4  # a borrowed model picks each batch from so many times the batch (the search's, blind)
 
 
 def record_of(cand: MeasureCandidate, workload: Workload, target: Target,
@@ -451,7 +450,7 @@ def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts:
         want=facts.trials,
         cold=not facts.ranked_by and not single,  # ... is sampled at random
         sample=config.first_sample if facts.borrowed and not single else 0,
-        pool=POOL if facts.borrowed and not single else 0,
+        pool=config.search_pool if facts.borrowed and not single else 0,
         verify=[] if single else to_verify(store, task.workload_key),
         seed=None if single or facts.learned else seeds(store, task, config.transfer_seeds),
         baseline=not single,
