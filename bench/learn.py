@@ -5,6 +5,7 @@ model timed side by side in fresh processes.
     python bench/learn.py [--unrelated transformer] [--fill resnet,mobilenet,bottleneck]
                           [--held-out squeeze,hybrid] [--fill-trials 32] [--trials 4,16]
                           [--runs 1] [--plain 64] [--plain-models squeeze]
+                          [--set FARM_NAME=VALUE ...]
                           [--out bench/learn.md] [--work DIR [--reuse]]
 
 1. The zoo (bench/zoo.py: random weights, nothing downloaded) is written to the work folder.
@@ -82,10 +83,11 @@ def cpu_table(models: dict[str, Any]) -> list[str]:
     return lines
 
 
-def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path) -> dict[str, Any]:
+def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path,
+        settings: dict[str, str] | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     before = transfer_counts(home) if home.exists() else (0, 0)
-    run = farm_submit(model, trials, out, home, env=threads_env(1, work))
+    run = farm_submit(model, trials, out, home, env={**threads_env(1, work), **(settings or {})})
     after = transfer_counts(home)
     tasks = run["summary"]["tasks"]
     cpu = run["summary"].get("cpu") or {}
@@ -100,7 +102,8 @@ def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path) 
 
 
 def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Path,
-             turn: int, runs: int = 1) -> list[dict[str, Any]]:
+             turn: int, runs: int = 1,
+             settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for run in range(runs):
         for trials in budgets:
@@ -114,8 +117,8 @@ def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Pat
                 if side != "cold":
                     shutil.copytree(stores[side], home, ignore=shutil.ignore_patterns("logs"))
                 shutil.rmtree(work / f"out-{name}", ignore_errors=True)
-                rows.append({**job(model, trials, side, home, work / f"out-{name}", work),
-                             "run": run})
+                rows.append({**job(model, trials, side, home, work / f"out-{name}", work,
+                                   settings), "run": run})
     return rows
 
 
@@ -203,6 +206,9 @@ def main() -> int:
     ap.add_argument("--plain-models", default="squeeze")
     ap.add_argument("--out", default=str(Path(__file__).with_name("learn.md")))
     ap.add_argument("--work", default="")
+    ap.add_argument("--set", action="append", default=[], metavar="FARM_NAME=VALUE",
+                    help="a setting of every held-out job (not the fill's), e.g. "
+                         "FARM_SEARCH_POOL=0; repeatable")
     ap.add_argument("--heldout-of", default="",
                     help="only print the key's cost model's held-out check of this farm home")
     args = ap.parse_args()
@@ -238,7 +244,8 @@ def main() -> int:
                                "heldout": checked, "models": {}}
     for turn, name in enumerate(filter(None, args.held_out.split(","))):
         model = work / f"{name}.pt2"
-        rows = held_out(model, budgets, stores, work, turn, args.runs)
+        rows = held_out(model, budgets, stores, work, turn, args.runs,
+                        dict(kv.split("=", 1) for kv in args.set))
         plain = None
         if name in args.plain_models.split(","):
             p = plain_metaschedule(model, args.plain, work / f"plain-{name}")
