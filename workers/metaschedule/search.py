@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,7 +201,8 @@ class Blind(PyCostModel):
 class StoreAwareSearch(PySearchStrategy):
     def __init__(self, store: RecordReader, tuned: TunedWorkload, plan: SearchPlan | None = None,
                  inner: SearchStrategy | None = None,
-                 counts: dict[str, int] | None = None) -> None:
+                 counts: dict[str, int] | None = None,
+                 spent: dict[str, float] | None = None) -> None:
         super().__init__()
         plan = plan if plan is not None else SearchPlan()
         self.store = store
@@ -209,6 +211,9 @@ class StoreAwareSearch(PySearchStrategy):
         # shared with clones (tune_tir clones the strategy): "skipped" = stored candidates the
         # search proposed and nobody measured
         self.counts = counts if counts is not None else {"skipped": 0, "fresh": 0}
+        # CPU seconds of the search's own steps (shared with clones), for the round's log:
+        # making the seeds, and the borrowed model ranking pools
+        self.spent = spent if spent is not None else {"seeds": 0.0, "ranking": 0.0}
         self.want, self.stop, self.tvm_version = plan.want, plan.stop, plan.tvm_version
         # proposed batches waiting for their results (up to two: the search runs one ahead)
         self.flights = InFlight()
@@ -319,11 +324,14 @@ class StoreAwareSearch(PySearchStrategy):
         """The seeds (once): those the store does not hold, each once, at most `left`."""
         self.seed = None
         out, seen = [], set()
+        c0 = time.process_time()
         try:
             made = make(self.context)
         except Exception as e:  # noqa: BLE001 - seeds are a head start, never a must
             log.warning("workload %s: no seeds from its relatives: %s", self.tuned.key, e)
             return []
+        finally:
+            self.spent["seeds"] += time.process_time() - c0
         for cand, origin in made:
             h = candidate_hash(self.tuned.record(cand))
             if h not in seen and not self.store.has_candidate(self.tuned.key, h):
@@ -397,7 +405,9 @@ class StoreAwareSearch(PySearchStrategy):
         a random share); the rest is told to the search as not measured."""
         if len(batch.fresh) <= n:
             return batch.fresh
+        c0 = time.process_time()
         scores = self.ranker.predict(self.context, [batch.cands[i] for i in batch.fresh])
+        self.spent["ranking"] += time.process_time() - c0
         return [batch.fresh[i] for i in ranked_pick(list(scores), n, self.rng)]
 
     def _baseline(self) -> list[MeasureCandidate]:
@@ -433,7 +443,8 @@ class StoreAwareSearch(PySearchStrategy):
                           verify=self.verify,
                           seed=self.seed, baseline=self.baseline, stop=self.stop,
                           tvm_version=self.tvm_version, origins=self.origins)
-        return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts)
+        return StoreAwareSearch(self.store, self.tuned, left, self.inner.clone(), self.counts,
+                                self.spent)
 
 
 def round_search(store: ModelStore, task: TuneTask, tuned: TunedWorkload, facts: RoundFacts,

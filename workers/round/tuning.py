@@ -85,10 +85,11 @@ def search_round(ctx: WorkerContext, store: ModelStore, req: RoundRequest, task:
     # the search stops at `trials` new; stored proposals use up some of its trials
     loop.run(max_trials=2 * trials, per_batch=min(BATCH, trials), database=w.database)
     log.info("round %s of %s on %s: %d batches in %.1f s: cost model and search set up %.1f "
-             "s, %s; CPU: set up %.1f s, %s", req.round_index + 1, task.name, ctx.host,
-             loop.batches, time.monotonic() - t0, setup_s,
-             ", ".join(f"{part} {s:.1f} s" for part, s in loop.spent.items()), setup_cpu,
-             ", ".join(f"{part} {s:.1f} s" for part, s in loop.cpu.items()))
+             "s, %s; CPU: set up %.1f s, %s (of search: seeds %.1f s, pools ranked %.1f s)",
+             req.round_index + 1, task.name, ctx.host, loop.batches, time.monotonic() - t0,
+             setup_s, ", ".join(f"{part} {s:.1f} s" for part, s in loop.spent.items()),
+             setup_cpu, ", ".join(f"{part} {s:.1f} s" for part, s in loop.cpu.items()),
+             search.spent["seeds"], search.spent["ranking"])
     return facts, dict(search.counts), {"setup": setup_cpu, **loop.cpu}
 
 
