@@ -5,7 +5,7 @@ model timed side by side in fresh processes.
     python bench/learn.py [--unrelated transformer] [--fill resnet,mobilenet,bottleneck]
                           [--held-out squeeze,hybrid] [--fill-trials 32] [--trials 4,16]
                           [--runs 1] [--plain 64] [--plain-models squeeze]
-                          [--set FARM_NAME=VALUE ...]
+                          [--set FARM_NAME=VALUE ...] [--no-cold]
                           [--out bench/learn.md] [--work DIR [--reuse]]
 
 1. The zoo (bench/zoo.py: random weights, nothing downloaded) is written to the work folder.
@@ -102,12 +102,12 @@ def job(model: Path, trials: int, side: str, home: Path, out: Path, work: Path,
 
 
 def held_out(model: Path, budgets: list[int], stores: dict[str, Path], work: Path,
-             turn: int, runs: int = 1,
-             settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
+             turn: int, runs: int = 1, settings: dict[str, str] | None = None,
+             cold: bool = True) -> list[dict[str, Any]]:
     rows = []
     for run in range(runs):
         for trials in budgets:
-            sides = ["cold", *stores]
+            sides = ["cold", *stores] if cold else list(stores)
             k = turn % len(sides)
             turn += 1
             for side in sides[k:] + sides[:k]:
@@ -209,6 +209,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="FARM_NAME=VALUE",
                     help="a setting of every held-out job (not the fill's), e.g. "
                          "FARM_SEARCH_POOL=0; repeatable")
+    ap.add_argument("--no-cold", action="store_true",
+                    help="no fresh-store side (a side by side of settings on the warm store)")
     ap.add_argument("--heldout-of", default="",
                     help="only print the key's cost model's held-out check of this farm home")
     args = ap.parse_args()
@@ -245,7 +247,7 @@ def main() -> int:
     for turn, name in enumerate(filter(None, args.held_out.split(","))):
         model = work / f"{name}.pt2"
         rows = held_out(model, budgets, stores, work, turn, args.runs,
-                        dict(kv.split("=", 1) for kv in args.set))
+                        dict(kv.split("=", 1) for kv in args.set), cold=not args.no_cold)
         plain = None
         if name in args.plain_models.split(","):
             p = plain_metaschedule(model, args.plain, work / f"plain-{name}")
