@@ -127,8 +127,10 @@ def test_over_limit_candidates_are_invalid_with_the_phones_words(narrow_phones, 
     logs = [folder / f"phone-pocl-256-{i}.log" for i in range(2)]
     before = [len(log.read_bytes()) for log in logs]
     out = tmp_path / "out"
+    # 8 trials a task: a random GPU schedule of a small reduction fails often (over the
+    # limit, or TVM's own build error "load_remap_"): at 4, all of the mean's failed once
     proc = run_farm(["submit", str(small_cnn), "--device-key", "pocl-256", "--tracker", tracker,
-                     "--trials-per-task", "4", "--out", str(out)], home, timeout_s=900, env=env)
+                     "--trials-per-task", "8", "--out", str(out)], home, timeout_s=900, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["numerics_ok"] and all(t["best_us"] is not None for t in summary["tasks"])
