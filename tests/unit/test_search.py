@@ -432,10 +432,10 @@ def test_a_stored_record_the_evolutionary_search_cannot_mutate_is_not_a_starting
     assert [float(r.run_secs[0]) * 1e6 for r in top] == pytest.approx([2.0, 5.0]), top
 
 
-def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_sample():
-    """A new workload the key's model ranks (SearchPlan.sample, workers/metaschedule/firstbatch.py):
-    its first batch is the best the model predicts of `sample` random schedules, one picked
-    at random from the rest; the evolutionary search makes the batches after it."""
+def ranked_round(plan):
+    """A round of a 32x32 matmul, 16 new candidates in batches of 8, its search planned by
+    `plan` and ranked by a model whose score is a function of the candidate's hash: (the
+    inner search, each predict's (hashes, scores), each measured batch's hashes, counters)."""
     import numpy as np
     import tvm
     from tvm.ir.utils import derived_object
@@ -447,7 +447,7 @@ def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_samp
     from workers.metaschedule.builder import WarmBuilder
     from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
     from workers.metaschedule.database import StoreDatabase
-    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
+    from workers.metaschedule.search import StoreAwareSearch, TunedWorkload, record_of
     from workers.round.loop import Loop, OnPhones
 
     store, mod = open_store("memory://"), matmul_mod(32)
@@ -472,7 +472,7 @@ def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_samp
             return np.array(scores)
 
     inner = CountingInner()
-    search = StoreAwareSearch(store, tuned, SearchPlan(want=16, sample=32), inner=inner)
+    search = StoreAwareSearch(store, tuned, plan, inner=inner)
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy=search, task_name="main", rand_state=7, num_threads=1)
     with tvm_children_without_torch():
@@ -487,6 +487,16 @@ def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_samp
 
     Loop(ctx, builder, OnPhones(local_runner()), Scores(), on_results).run(
         max_trials=32, per_batch=8, database=database)
+    return inner, scored, sent, counters
+
+
+def test_a_round_a_borrowed_model_ranks_picks_its_first_batch_from_a_ranked_sample():
+    """A new workload the key's model ranks (SearchPlan.sample, workers/metaschedule/firstbatch.py):
+    its first batch is the best the model predicts of `sample` random schedules, one picked
+    at random from the rest; the evolutionary search makes the batches after it."""
+    from workers.metaschedule.search import SearchPlan
+
+    inner, scored, sent, counters = ranked_round(SearchPlan(want=16, sample=32))
     sample, scores = scored[0]
     assert len(sample) == 32  # the first predict: the random sample, ranked once
     best = {h for _, h in sorted(zip(scores, sample, strict=True), reverse=True)[:7]}
@@ -502,57 +512,9 @@ def test_a_borrowed_model_picks_each_batch_from_a_pool_the_search_evolved_blind(
     its population with it (a feature extraction a schedule, three populations a batch): it
     evolves under random scores and proposes `pool` x the batch; the model ranks that pool
     once, and the batch is its 7 best of 8 and one of the rest at random."""
-    import numpy as np
-    import tvm
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+    from workers.metaschedule.search import SearchPlan
 
-    from farm.core.messages import TuneTask
-    from farm.store import candidate_hash
-    from workers.metaschedule.builder import WarmBuilder
-    from workers.metaschedule.callback import Provenance, RoundCounters, StoreCallback
-    from workers.metaschedule.database import StoreDatabase
-    from workers.metaschedule.search import SearchPlan, StoreAwareSearch, TunedWorkload, record_of
-    from workers.round.loop import Loop, OnPhones
-
-    store, mod = open_store("memory://"), matmul_mod(32)
-    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
-    store.put_workload(TuneTask(name="mm", workload_key="wk", weight=1,
-                                mod_json=tvm.ir.save_json(mod), target={"kind": "llvm"},
-                                device_key="cpu-local"))
-    database = StoreDatabase(store, "wk", mod)
-    tuned = TunedWorkload("wk", database.workload, target)
-    scored: list[tuple[list[str], list[float]]] = []
-
-    @derived_object
-    class Scores(PyCostModel):  # the borrowed model: scores a function of the candidate
-        def load(self, path): pass
-        def save(self, path): pass
-        def update(self, context, candidates, results): pass
-
-        def predict(self, context, candidates):
-            hashes = [candidate_hash(record_of(c, tuned.workload, target)) for c in candidates]
-            scores = [int(h[:8], 16) / 2 ** 32 for h in hashes]
-            scored.append((hashes, scores))
-            return np.array(scores)
-
-    inner = CountingInner()
-    search = StoreAwareSearch(store, tuned, SearchPlan(want=16, pool=4), inner=inner)
-    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                         search_strategy=search, task_name="main", rand_state=7, num_threads=1)
-    with tvm_children_without_torch():
-        builder = BUILDER.setdefault("b", WarmBuilder(1, 60, 64))
-    sent: list[list[str]] = []
-    counters = RoundCounters()
-    callback = StoreCallback(store, tuned, Provenance("j", "here"), counters)
-
-    def on_results(cands, built, results):
-        sent.append([candidate_hash(record_of(c, tuned.workload, target)) for c in cands])
-        callback(cands, built, results)
-
-    Loop(ctx, builder, OnPhones(local_runner()), Scores(), on_results).run(
-        max_trials=32, per_batch=8, database=database)
+    inner, scored, sent, counters = ranked_round(SearchPlan(want=16, pool=4))
     assert inner.max_trials == 4 * 32 and inner.args[0] == 4 * 8  # the search proposes pools
     assert counters.new == 16 and len(sent) == 2
     assert len(scored) == 2  # the model scored each pool once, not the search's population
