@@ -47,6 +47,9 @@ SIDES = {
     "iters4": {"FARM_SEARCH_ITERS": "4"},
     "iters2": {"FARM_SEARCH_ITERS": "2"},
     "iters3": {"FARM_SEARCH_ITERS": "3"},
+    # a blind search (its model below the warm-up: every round of a fresh farm at <= 64
+    # trials a task) evolving a population of 64 once a batch, not 128 twice (bench/learn.md)
+    "small": {"FARM_SEARCH_POPULATION": "64", "FARM_SEARCH_ITERS": "1"},
 }
 
 
