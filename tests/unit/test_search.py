@@ -523,3 +523,13 @@ def test_a_borrowed_model_picks_each_batch_from_a_pool_the_search_evolved_blind(
         best = {h for _, h in sorted(zip(scores, pool, strict=True), reverse=True)[:7]}
         assert len(batch) == 8 and best <= set(batch), (batch, best)
         assert len(set(batch) - best) == 1
+
+
+def test_a_pooled_round_without_a_count_measures_whole_batches():
+    """SearchPlan.want 0 (as many as the search proposes): each pool still gives a whole
+    batch (8 of 32), until the loop's 32 trials are sent."""
+    from workers.metaschedule.search import SearchPlan
+
+    _, scored, sent, counters = ranked_round(SearchPlan(pool=4))
+    assert [len(b) for b in sent] == [8, 8, 8, 8] and counters.new == 32, sent
+    assert all(len(pool) > 8 for pool, _ in scored)

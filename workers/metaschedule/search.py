@@ -384,7 +384,8 @@ class StoreAwareSearch(PySearchStrategy):
             batch = self._sort(list(proposed), first)
             self.counts["skipped"] += len(batch.known) + len(batch.twins) + len(batch.ahead)
             if self.ranker is not None and not first:
-                batch.fresh = self._picked(batch, min(left, self.per_batch))
+                batch.fresh = self._picked(batch, min(left, self.per_batch) if self.want
+                                           else self.per_batch)  # want 0: every batch whole
             if self.want:
                 batch.fresh = batch.fresh[:left]  # the rest of the batch is told as not measured
             if batch.fresh:
