@@ -17,16 +17,16 @@ batch's measurements. A cold workload seeded with its relatives' best schedules
 (workers/metaschedule/transfer.py) measures those instead: the search then starts from them.
 
 While a borrowed model ranks (the key's, corrected by the round's samples), the evolutionary
-search does not score its population with it (unless `search_pool` is 0): scoring a schedule means lowering it and
-computing its features (~20-40 ms a convolution), and the search scores its whole population
-every genetic iteration, ~3x `search_population` schedules a batch: 20 CPU s of a 16-trial
-squeeze job against 5-8 s for a cold one (bench/learn.md), whose untrained model scores at
-random without features. Instead the search evolves as a cold round's does (mutants of the
-measured best and random samples, scored at random) and proposes `search_pool` times the batch; the
-borrowed model ranks that pool once and the batch is its best, with a random share
-(firstbatch.ranked_pick, as the ranked first batch). The model that has not seen the workload
-picks among candidates and does not steer the evolution; its cost is one feature extraction
-per pooled candidate.
+search does not score its population with it (unless `search_pool` is 0): scoring a schedule
+means lowering it and computing its features (~20-40 ms a convolution), and the search scores
+its whole population every genetic iteration, ~3x `search_population` schedules a batch: 20
+CPU s of a 16-trial squeeze job against 5-8 s for a cold one (bench/learn.md), whose untrained
+model scores at random without features. Instead the search evolves as a cold round's does
+(mutants of the measured best and random samples, scored at random) and proposes
+`search_pool` times the batch; the borrowed model ranks that pool once and the batch is its
+best, with a random share (firstbatch.ranked_pick, as the ranked first batch). The model that
+has not seen the workload picks among candidates and does not steer the evolution; its cost
+is one feature extraction per pooled candidate.
 
 TVM's default schedule of the workload (its TIR as lowered: what an untuned build runs) is
 one candidate of the workload's first batch, once in the store's life (`baseline`): a random
